@@ -1,0 +1,276 @@
+#include "core/config.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+extern char** environ;
+
+namespace nanhunt {
+namespace {
+
+using Apply = absl::Status (*)(absl::string_view value, Config& config);
+
+struct Setting {
+  SettingInfo info;
+  Apply apply;
+};
+
+absl::Status Invalid(const SettingInfo& s, absl::string_view value) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      s.name, "='", value, "' is not valid; allowed: ", s.allowed));
+}
+
+std::optional<bool> ParseBool(absl::string_view v) {
+  const std::string s = absl::AsciiStrToLower(v);
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no") return false;
+  return std::nullopt;
+}
+
+// Declared below; the appliers look their own SettingInfo up for messages.
+const SettingInfo& Info(const char* name);
+
+template <class T>
+absl::Status ApplyNumber(const char* name, absl::string_view v, T min, T max,
+                         T& out) {
+  T parsed{};
+  bool ok;
+  if constexpr (std::is_floating_point_v<T>) {
+    ok = absl::SimpleAtod(v, &parsed) && std::isfinite(parsed);
+  } else {
+    ok = absl::SimpleAtoi(v, &parsed);
+  }
+  if (!ok || parsed < min || parsed > max) return Invalid(Info(name), v);
+  out = parsed;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyBool(const char* name, absl::string_view v, bool& out) {
+  const auto b = ParseBool(v);
+  if (!b) return Invalid(Info(name), v);
+  out = *b;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyNonEmpty(const char* name, absl::string_view v,
+                           std::string& out) {
+  if (v.empty()) return Invalid(Info(name), v);
+  out = std::string(v);
+  return absl::OkStatus();
+}
+
+const Setting kSettings[] = {
+    {{"NANHUNT_MODE", "check", "off, check",
+      "off loads nothing at all; check checks the outputs of every op"},
+     [](absl::string_view v, Config& c) {
+       const std::string s = absl::AsciiStrToLower(v);
+       if (s == "off") { c.mode = Mode::kOff; return absl::OkStatus(); }
+       if (s == "check") { c.mode = Mode::kCheck; return absl::OkStatus(); }
+       return Invalid(Info("NANHUNT_MODE"), v);
+     }},
+    {{"NANHUNT_OUT", "nanhunt-out", "a directory path (created if missing)",
+      "where each process writes its trace"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNonEmpty("NANHUNT_OUT", v, c.out_dir);
+     }},
+    {{"NANHUNT_NEAR_MAX", "16376", "a number in (0, 65504]",
+      "|x| at or above which a finite value counts as near fp16's limit "
+      "(default: a quarter of 65504)"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber("NANHUNT_NEAR_MAX", v, 1e-30, 65504.0, c.near_max);
+     }},
+    {{"NANHUNT_UNDERFLOW_FRACTION", "0.01", "a number in (0, 1]",
+      "share of an op's non-zero outputs below fp16's smallest normal "
+      "(6.1e-5) that is reported as an underflow finding"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber("NANHUNT_UNDERFLOW_FRACTION", v, 1e-12, 1.0,
+                          c.underflow_fraction);
+     }},
+    {{"NANHUNT_FLUSH_MS", "250", "an integer in [10, 60000]",
+      "how often the trace is committed to disk; a crash loses at most "
+      "this much"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber("NANHUNT_FLUSH_MS", v, 10, 60000, c.flush_ms);
+     }},
+    {{"NANHUNT_MAX_FINDINGS_PER_STEP", "50", "an integer in [1, 100000]",
+      "propagated findings recorded per step; origins and inputs are always "
+      "recorded, counts are always complete"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber("NANHUNT_MAX_FINDINGS_PER_STEP", v, 1, 100000,
+                          c.max_findings_per_step);
+     }},
+    {{"NANHUNT_FOLLOW_CHILDREN", "1", "0 or 1 (also true/false, on/off)",
+      "whether programs this process starts are monitored too"},
+     [](absl::string_view v, Config& c) {
+       return ApplyBool("NANHUNT_FOLLOW_CHILDREN", v, c.follow_children);
+     }},
+    {{"NANHUNT_EXIT_SUMMARY", "1", "0 or 1 (also true/false, on/off)",
+      "print a short summary on stderr when the process exits"},
+     [](absl::string_view v, Config& c) {
+       return ApplyBool("NANHUNT_EXIT_SUMMARY", v, c.exit_summary);
+     }},
+    {{"NANHUNT_QUIET", "0", "0 or 1 (also true/false, on/off)",
+      "no live warnings on stderr (the trace is complete either way)"},
+     [](absl::string_view v, Config& c) {
+       return ApplyBool("NANHUNT_QUIET", v, c.quiet);
+     }},
+    {{"NANHUNT_TORCH_PLUGIN", "(next to libnanhunt.so)",
+      "path to a libnanhunt_torch.so",
+      "the torch plugin to load; must be built against the torch in use"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNonEmpty("NANHUNT_TORCH_PLUGIN", v, c.torch_plugin);
+     }},
+    {{"NANHUNT_RUN_ID", "(one per process)", "letters, digits, '-', '_', '.'",
+      "groups the traces of one run; set by `nanhunt run`"},
+     [](absl::string_view v, Config& c) {
+       const bool ok = !v.empty() && v.size() <= 64 &&
+                       std::all_of(v.begin(), v.end(), [](char ch) {
+                         return absl::ascii_isalnum(ch) || ch == '-' ||
+                                ch == '_' || ch == '.';
+                       });
+       if (!ok) return Invalid(Info("NANHUNT_RUN_ID"), v);
+       c.run_id = std::string(v);
+       return absl::OkStatus();
+     }},
+    {{"NANHUNT_CONFIG", "(none)", "path to a readable file",
+      "config file of NAME = value lines; the environment wins over it"},
+     [](absl::string_view, Config&) { return absl::OkStatus(); }},
+};
+
+const SettingInfo& Info(const char* name) {
+  for (const auto& s : kSettings) {
+    if (absl::string_view(s.info.name) == name) return s.info;
+  }
+  return kSettings[0].info;  // unreachable: every caller names a setting
+}
+
+const Setting* Find(absl::string_view name) {
+  for (const auto& s : kSettings) {
+    if (absl::EqualsIgnoreCase(s.info.name, name)) return &s;
+  }
+  return nullptr;
+}
+
+std::string KnownNames() {
+  std::vector<std::string> names;
+  for (const auto& s : kSettings) names.push_back(s.info.name);
+  return absl::StrJoin(names, ", ");
+}
+
+// Reads `NAME = value` lines; names are normalised to NANHUNT_NAME.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadFile(
+    const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NANHUNT_CONFIG='", path,
+        "' cannot be read; allowed: path to a readable file"));
+  }
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    absl::string_view rest = line;
+    const size_t hash = rest.find('#');
+    if (hash != absl::string_view::npos) rest = rest.substr(0, hash);
+    rest = absl::StripAsciiWhitespace(rest);
+    if (rest.empty()) continue;
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(rest, absl::MaxSplits('=', 1));
+    if (rest.find('=') == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ":", number, ": expected NAME = value, got '", rest, "'"));
+    }
+    std::string name = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(kv.first));
+    if (!absl::StartsWith(name, "NANHUNT_")) name = "NANHUNT_" + name;
+    if (Find(name) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": unknown setting '", kv.first,
+                       "'; known: ", KnownNames()));
+    }
+    entries.emplace_back(name,
+                         std::string(absl::StripAsciiWhitespace(kv.second)));
+  }
+  return entries;
+}
+
+}  // namespace
+
+absl::Span<const SettingInfo> AllSettings() {
+  static const std::vector<SettingInfo>* infos = [] {
+    auto* v = new std::vector<SettingInfo>;  // leaked: lives for the process
+    for (const auto& s : kSettings) v->push_back(s.info);
+    return v;
+  }();
+  return *infos;
+}
+
+absl::StatusOr<Config> LoadConfig(const EnvLookup& env,
+                                  const std::vector<std::string>& env_names) {
+  for (const auto& name : env_names) {
+    if (absl::StartsWith(name, "NANHUNT_") && Find(name) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown setting ", name, "; known: ", KnownNames()));
+    }
+  }
+  Config config;
+  if (auto file = env("NANHUNT_CONFIG")) {
+    auto entries = ReadFile(*file);
+    if (!entries.ok()) return entries.status();
+    for (const auto& [name, value] : *entries) {
+      absl::Status s = Find(name)->apply(value, config);
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(*file, ": ", s.message()));
+      }
+    }
+    config.config_file = *file;
+  }
+  for (const auto& s : kSettings) {
+    if (auto value = env(s.info.name)) {
+      absl::Status st = s.apply(*value, config);
+      if (!st.ok()) return st;
+    }
+  }
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfigFromProcess() {
+  std::vector<std::string> names;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    absl::string_view entry(*e);
+    names.emplace_back(entry.substr(0, entry.find('=')));
+  }
+  return LoadConfig(
+      [](const char* name) -> std::optional<std::string> {
+        const char* v = getenv(name);
+        if (v == nullptr) return std::nullopt;
+        return std::string(v);
+      },
+      names);
+}
+
+std::string DescribeConfig(const Config& c) {
+  return absl::StrCat(
+      "NANHUNT_MODE=", c.mode == Mode::kOff ? "off" : "check",
+      "\nNANHUNT_OUT=", c.out_dir, "\nNANHUNT_NEAR_MAX=", c.near_max,
+      "\nNANHUNT_UNDERFLOW_FRACTION=", c.underflow_fraction,
+      "\nNANHUNT_FLUSH_MS=", c.flush_ms,
+      "\nNANHUNT_MAX_FINDINGS_PER_STEP=", c.max_findings_per_step,
+      "\nNANHUNT_FOLLOW_CHILDREN=", c.follow_children ? 1 : 0,
+      "\nNANHUNT_EXIT_SUMMARY=", c.exit_summary ? 1 : 0,
+      "\nNANHUNT_QUIET=", c.quiet ? 1 : 0,
+      c.config_file.empty() ? "" : "\nNANHUNT_CONFIG=", c.config_file);
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,64 @@
+// nanhunt's configuration: NANHUNT_* environment variables, optionally a
+// config file (NANHUNT_CONFIG) whose entries the environment overrides.
+//
+// Every setting is declared once in kSettings (config.cc); the README's
+// configuration table and every error message come from that table.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace nanhunt {
+
+enum class Mode { kOff, kCheck };
+
+struct Config {
+  Mode mode = Mode::kCheck;
+  std::string out_dir = "nanhunt-out";
+  double near_max = 16376.0;  // a quarter of fp16's 65504
+  double underflow_fraction = 0.01;
+  int flush_ms = 250;
+  int max_findings_per_step = 50;
+  bool follow_children = true;
+  bool exit_summary = true;
+  bool quiet = false;
+  std::string torch_plugin;  // empty: next to libnanhunt.so
+  std::string run_id;        // empty: one per process
+  std::string config_file;   // where file entries came from, if any
+};
+
+// One documented setting.
+struct SettingInfo {
+  const char* name;     // environment variable, e.g. "NANHUNT_MODE"
+  const char* fallback; // default as the user would write it
+  const char* allowed;  // the allowed values, in words
+  const char* meaning;
+};
+
+// All settings, in documentation order.
+absl::Span<const SettingInfo> AllSettings();
+
+// Looks a variable up; returns nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const char*)>;
+
+// Builds the configuration from `env` and, when NANHUNT_CONFIG names one, a
+// config file of `NAME = value` lines (`#` starts a comment; NAME is the
+// variable name with or without its NANHUNT_ prefix, in any case).
+// `env_names` are the names of all environment variables, used to reject a
+// misspelt NANHUNT_* variable. Errors name the setting, the bad value and the
+// allowed values; they never throw.
+absl::StatusOr<Config> LoadConfig(const EnvLookup& env,
+                                  const std::vector<std::string>& env_names);
+
+// LoadConfig over the process environment.
+absl::StatusOr<Config> LoadConfigFromProcess();
+
+// The configuration as `NAME=value` lines, for the trace's metadata.
+std::string DescribeConfig(const Config& config);
+
+}  // namespace nanhunt

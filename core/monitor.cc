@@ -1,0 +1,333 @@
+#include "core/monitor.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/trace_writer.h"
+
+namespace nanhunt {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A near-max finding is repeated only when an op's max |x| grew this much
+// since it was last reported: a rising trend shows, a steady one does not.
+constexpr double kHeadroomGrowth = 1.25;
+
+// Whole-op totals over all outputs; the format of the first output that was
+// not finite (else of the first output) names the op's dtype.
+CheckCounts Total(absl::Span<const TensorFacts> outputs, Format& format) {
+  CheckCounts total;
+  bool picked = false;
+  for (const auto& t : outputs) {
+    MergeCounts(total, t.counts);
+    if (!picked && AnyNonFinite(t.counts)) {
+      format = t.format;
+      picked = true;
+    }
+  }
+  if (!picked && !outputs.empty()) format = outputs.front().format;
+  return total;
+}
+
+double TotalMaxAbs(absl::Span<const TensorFacts> outputs) {
+  double m = 0;
+  for (const auto& t : outputs) m = std::max(m, MaxAbs(t.format, t.counts));
+  return m;
+}
+
+std::string Describe(absl::Span<const TensorFacts> outputs) {
+  std::vector<std::string> parts;
+  for (const auto& t : outputs) {
+    parts.push_back(DescribeTensor(FormatName(t.format), t.shape, t.counts,
+                                   MaxAbs(t.format, t.counts)));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+std::string Describe(const std::vector<InputFacts>& inputs) {
+  std::vector<std::string> parts;
+  for (const auto& in : inputs) {
+    std::string d =
+        in.checked
+            ? DescribeTensor(in.dtype, in.shape, in.counts, in.max_abs)
+            : absl::StrCat(in.dtype, in.shape, " (not checked)");
+    parts.push_back(absl::StrCat("#", in.arg_index, " ", d));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+}  // namespace
+
+double MaxAbs(Format format, const CheckCounts& counts) {
+  return DecodeMagnitude(format, counts.max_abs_bits);
+}
+
+std::string DescribeTensor(absl::string_view dtype, absl::string_view shape,
+                           const CheckCounts& c, double max_abs) {
+  std::string s = absl::StrCat(dtype, shape, " max|x|=",
+                               absl::StrFormat("%.6g", max_abs));
+  if (c.nan) absl::StrAppend(&s, " nan=", c.nan);
+  if (c.posinf) absl::StrAppend(&s, " +inf=", c.posinf);
+  if (c.neginf) absl::StrAppend(&s, " -inf=", c.neginf);
+  return s;
+}
+
+Monitor::Monitor(const Config& config, TraceWriter* writer,
+                 std::function<double()> clock)
+    : config_(config),
+      limits_(config.near_max),
+      writer_(writer),
+      clock_(clock ? std::move(clock) : std::function<double()>(Now)) {
+  step_started_ = clock_();
+}
+
+void Monitor::set_notify(std::function<void(const std::string&)> notify) {
+  absl::MutexLock lock(&mu_);
+  notify_ = std::move(notify);
+}
+
+int64_t Monitor::step() const {
+  absl::MutexLock lock(&mu_);
+  return steps_.step();
+}
+
+int64_t Monitor::findings() const {
+  absl::MutexLock lock(&mu_);
+  return findings_;
+}
+
+std::optional<FindingRow> Monitor::first_origin() const {
+  absl::MutexLock lock(&mu_);
+  return first_origin_;
+}
+
+Verdict Monitor::OnOp(const OpEvent& e, OpContext& context) {
+  Format format = Format::kF32;
+  const CheckCounts total = Total(e.outputs, format);
+  const bool nonfinite = AnyNonFinite(total);
+  const double max_abs = TotalMaxAbs(e.outputs);
+  bool want_headroom = false, want_underflow = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const double now = e.top_op.empty() ? clock_() : 0;
+    if (e.top_op.empty() && steps_.OnOp(e.phase)) {
+      WriteStepLocked(steps_.step() - 1, now);
+    }
+    ++call_index_;
+    OpState& state = ops_[e.op];
+    const int p = static_cast<int>(e.phase);
+    for (const auto& t : e.outputs) {
+      const int f = static_cast<int>(t.format);
+      Stats& s = state.stats[p][f];
+      state.touched[p][f] = true;
+      s.calls += 1;
+      MergeCounts(s.counts, t.counts);
+    }
+    if (nonfinite) ++step_nonfinite_ops_;
+    if (std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
+    if (!nonfinite && total.near_max > 0) {
+      const double last = state.near_reported[p];
+      want_headroom = last == 0 || max_abs >= last * kHeadroomGrowth;
+      if (want_headroom) state.near_reported[p] = max_abs;
+    }
+    if (!nonfinite && total.underflow > 0 && !state.underflow_reported[p] &&
+        total.underflow >=
+            config_.underflow_fraction * static_cast<double>(total.elements)) {
+      want_underflow = true;
+      state.underflow_reported[p] = true;
+    }
+  }
+  if (nonfinite) return ClassifyNonFinite(e, total, format, context);
+  if (want_headroom || want_underflow) {
+    FindingRow row;
+    {
+      absl::MutexLock lock(&mu_);
+      row = MakeFinding(want_headroom ? "near_max" : "underflow", e, total,
+                        format);
+    }
+    row.max_abs = max_abs;
+    if (e.phase == Phase::kForward) {
+      row.source = context.Source();
+      row.stack = context.Stack();
+    }
+    row.outputs = Describe(e.outputs);
+    absl::MutexLock lock(&mu_);
+    if (want_headroom && notify_) {
+      notify_(absl::StrFormat(
+          "warning: %s (%s) reached |x|=%.6g, %.0f%% of fp16's limit 65504, "
+          "at step %d%s%s",
+          e.op, PhaseName(e.phase), max_abs, 100.0 * max_abs / kFp16Max,
+          row.step, row.source.empty() ? "" : " — ", row.source));
+    }
+    Emit(std::move(row));
+  }
+  return Verdict::kClean;
+}
+
+Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
+                                   Format format, OpContext& context) {
+  Verdict verdict = Verdict::kOrigin;
+  std::vector<InputFacts> inputs;
+  if (e.contains_finding) {
+    verdict = Verdict::kPropagated;
+  } else {
+    inputs = context.Inputs();
+    for (const auto& in : inputs) {
+      if (!in.checked || !AnyNonFinite(in.counts)) continue;
+      if (in.produced_by_op) {
+        verdict = Verdict::kPropagated;
+      } else if (verdict != Verdict::kPropagated) {
+        verdict = Verdict::kInput;
+      }
+    }
+  }
+  // Inside another op, a non-finite value nobody produced through the
+  // dispatcher (a scalar the enclosing kernel computed and then passed to
+  // fill_, say) comes from the enclosing op: let that op be judged.
+  if (verdict == Verdict::kInput && !e.top_op.empty()) {
+    verdict = Verdict::kPropagated;
+  }
+  const char* kind = verdict == Verdict::kOrigin  ? "origin"
+                     : verdict == Verdict::kInput ? "input"
+                                                  : "propagated";
+  {
+    absl::MutexLock lock(&mu_);
+    if (verdict == Verdict::kOrigin) ++step_origins_;
+    // Origins and inputs are always recorded; propagation is capped per step
+    // (its counts stay complete in op_stats).
+    if (verdict == Verdict::kPropagated &&
+        step_findings_ >= config_.max_findings_per_step) {
+      return verdict;
+    }
+  }
+  FindingRow row;
+  {
+    absl::MutexLock lock(&mu_);
+    row = MakeFinding(kind, e, total, format);
+  }
+  row.outputs = Describe(e.outputs);
+  if (!inputs.empty()) row.inputs = Describe(inputs);
+  if (verdict != Verdict::kPropagated) {
+    if (e.phase == Phase::kForward) {
+      row.source = context.Source();
+      row.stack = context.Stack();
+    }
+    if (verdict == Verdict::kOrigin) row.fp32_max_abs = context.RecomputeFp32MaxAbs();
+  }
+  absl::MutexLock lock(&mu_);
+  if (verdict != Verdict::kPropagated && !first_origin_) {
+    first_origin_ = row;
+    if (notify_) {
+      notify_(absl::StrFormat(
+          "first non-finite values: %s %s (%s) at step %d%s%s%s",
+          verdict == Verdict::kOrigin ? "origin" : "input of", e.op,
+          PhaseName(e.phase), row.step,
+          e.forward_op.empty() ? "" : absl::StrCat(", backward of ", e.forward_op),
+          row.source.empty() ? "" : " — ", row.source));
+    }
+  }
+  Emit(std::move(row));
+  return verdict;
+}
+
+FindingRow Monitor::MakeFinding(const char* kind, const OpEvent& e,
+                                const CheckCounts& total, Format format) const {
+  FindingRow row;
+  row.kind = kind;
+  row.step = steps_.step();
+  row.call_index = call_index_;
+  row.op = std::string(e.op);
+  row.top_op = std::string(e.top_op);
+  row.phase = std::string(PhaseName(e.phase));
+  row.forward_op = std::string(e.forward_op);
+  row.dtype = std::string(FormatName(format));
+  row.elements = static_cast<int64_t>(total.elements);
+  row.nan = static_cast<int64_t>(total.nan);
+  row.posinf = static_cast<int64_t>(total.posinf);
+  row.neginf = static_cast<int64_t>(total.neginf);
+  row.near_max = static_cast<int64_t>(total.near_max);
+  row.underflow = static_cast<int64_t>(total.underflow);
+  row.max_abs = TotalMaxAbs(e.outputs);
+  row.thread = static_cast<int64_t>(e.thread);
+  row.time = clock_();
+  return row;
+}
+
+void Monitor::Emit(FindingRow row) {
+  ++findings_;
+  ++step_findings_;
+  if (writer_) writer_->Add(std::move(row));
+}
+
+void Monitor::OnOptimizerStepBegin() {
+  absl::MutexLock lock(&mu_);
+  steps_.OnOptimizerStepBegin();
+}
+
+void Monitor::OnOptimizerStepEnd() {
+  absl::MutexLock lock(&mu_);
+  WriteStepLocked(steps_.step(), clock_());
+  steps_.OnOptimizerStepEnd();
+}
+
+void Monitor::WriteStepLocked(int64_t step, double now) {
+  for (auto& [name, state] : ops_) {
+    for (int p = 0; p < kPhaseCount; ++p) {
+      for (int f = 0; f < kFormatCount; ++f) {
+        if (!state.touched[p][f]) continue;
+        state.touched[p][f] = false;
+        Stats& s = state.stats[p][f];
+        if (writer_) {
+          OpStatsRow r;
+          r.step = step;
+          r.op = name;
+          r.phase = std::string(PhaseName(static_cast<Phase>(p)));
+          r.dtype = std::string(FormatName(static_cast<Format>(f)));
+          r.calls = s.calls;
+          r.elements = static_cast<int64_t>(s.counts.elements);
+          r.nan = static_cast<int64_t>(s.counts.nan);
+          r.posinf = static_cast<int64_t>(s.counts.posinf);
+          r.neginf = static_cast<int64_t>(s.counts.neginf);
+          r.near_max = static_cast<int64_t>(s.counts.near_max);
+          r.underflow = static_cast<int64_t>(s.counts.underflow);
+          r.fp16_overflow = static_cast<int64_t>(s.counts.fp16_overflow);
+          r.max_abs = MaxAbs(static_cast<Format>(f), s.counts);
+          writer_->Add(std::move(r));
+        }
+        s = Stats{};
+      }
+    }
+  }
+  if (writer_ && call_index_ > 0) {
+    StepRow row;
+    row.step = step;
+    row.ops = call_index_;
+    row.nonfinite_ops = step_nonfinite_ops_;
+    row.origins = step_origins_;
+    row.max_abs = step_max_abs_;
+    row.started = step_started_;
+    row.ended = now;
+    writer_->Add(row);
+  }
+  call_index_ = 0;
+  step_nonfinite_ops_ = 0;
+  step_origins_ = 0;
+  step_findings_ = 0;
+  step_max_abs_ = 0;
+  step_started_ = now;
+}
+
+void Monitor::FlushStep() {
+  absl::MutexLock lock(&mu_);
+  WriteStepLocked(steps_.step(), clock_());
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,166 @@
+// The torch-free heart of nanhunt: given the checked outputs of each op, it
+// keeps per-step statistics, decides what is a finding (origin, input,
+// propagated, near_max, underflow), tracks steps, and hands rows to the
+// trace writer.
+//
+// The torch plugin (interpose/torch) gathers facts about tensors and calls
+// OnOp; everything decided here is unit-tested without torch.
+//
+// Thread-safe: ops arrive from every thread (autograd workers, DataLoader
+// pin-memory threads); one mutex serialises the bookkeeping, which is a few
+// hash lookups per op.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/check_limits.h"
+#include "core/config.h"
+#include "core/phase.h"
+#include "core/step_tracker.h"
+#include "core/trace_rows.h"
+
+namespace nanhunt {
+
+class TraceWriter;
+
+// A checked floating-point tensor (output or input of an op).
+struct TensorFacts {
+  Format format = Format::kF32;
+  std::string shape;  // "[8, 64, 64]"
+  CheckCounts counts;
+};
+
+// An input of an op whose outputs were not finite.
+struct InputFacts {
+  int arg_index = 0;
+  std::string dtype;  // torch's name, also for inputs the check skips
+  std::string shape;
+  bool checked = false;  // a floating tensor in host memory, or a scalar
+  CheckCounts counts;    // when checked
+  double max_abs = 0;    // when checked
+  // The input was already known non-finite from an earlier op's output.
+  bool produced_by_op = false;
+};
+
+// What the monitor may ask about an op whose outputs were not finite (or
+// came near the limit). Called at most once per method per op, only when
+// needed, on the op's thread while the op's tensors are alive.
+class OpContext {
+ public:
+  virtual ~OpContext() = default;
+  virtual std::vector<InputFacts> Inputs() = 0;
+  // "file.py:123 in forward" of the user's code, and a few frames of stack.
+  virtual std::string Source() = 0;
+  virtual std::string Stack() = 0;
+  // Max |x| of the op's outputs when recomputed from fp32 copies of its
+  // inputs; nullopt when that is not possible or not safe (in-place ops,
+  // random ops, ops without a schema).
+  virtual std::optional<double> RecomputeFp32MaxAbs() = 0;
+};
+
+// One finished op.
+struct OpEvent {
+  absl::string_view op;          // innermost, e.g. "aten::bmm"
+  absl::string_view top_op;      // outermost enclosing op, or empty
+  Phase phase = Phase::kForward;
+  absl::string_view forward_op;  // backward ops: the forward op of the node
+  absl::Span<const TensorFacts> outputs;
+  // An op nested inside this one was already an origin or an input finding:
+  // this op's non-finite outputs come from there.
+  bool contains_finding = false;
+  uint64_t thread = 0;
+};
+
+enum class Verdict { kClean, kOrigin, kInput, kPropagated };
+
+class Monitor {
+ public:
+  // `writer` may be null (tests); it must outlive the monitor.
+  // `clock` returns seconds since the epoch; injectable for tests.
+  Monitor(const Config& config, TraceWriter* writer,
+          std::function<double()> clock = nullptr);
+
+  const CheckLimits& limits() const { return limits_; }
+
+  // Records one op. Returns what its outputs were.
+  Verdict OnOp(const OpEvent& event, OpContext& context);
+
+  // Step boundaries (see StepTracker).
+  void OnOptimizerStepBegin();
+  void OnOptimizerStepEnd();
+
+  int64_t step() const;
+
+  // Writes the current step's statistics (at exit; steps also flush
+  // themselves when they end).
+  void FlushStep();
+
+  // The first origin (or input finding) seen, if any.
+  std::optional<FindingRow> first_origin() const;
+  int64_t findings() const;
+
+  // Sets a callback for lines meant for the user's stderr (warnings, the
+  // first origin). Default: none.
+  void set_notify(std::function<void(const std::string&)> notify);
+
+ private:
+  struct Stats {
+    int64_t calls = 0;
+    CheckCounts counts;
+  };
+  // One op name's state across phases and formats.
+  struct OpState {
+    Stats stats[kPhaseCount][kFormatCount];
+    bool touched[kPhaseCount][kFormatCount] = {};
+    double near_reported[kPhaseCount] = {};  // max |x| last reported
+    bool underflow_reported[kPhaseCount] = {};
+  };
+
+  // Writes `step`'s statistics and its steps row, and starts a new step.
+  void WriteStepLocked(int64_t step, double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  FindingRow MakeFinding(const char* kind, const OpEvent& e,
+                         const CheckCounts& total, Format format) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(FindingRow row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Verdict ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
+                            Format format, OpContext& context)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Config config_;
+  const CheckLimits limits_;
+  TraceWriter* const writer_;
+  const std::function<double()> clock_;
+
+  mutable absl::Mutex mu_;
+  StepTracker steps_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, OpState> ops_ ABSL_GUARDED_BY(mu_);
+  int64_t call_index_ ABSL_GUARDED_BY(mu_) = 0;  // within the step
+  int64_t step_nonfinite_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t step_origins_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t step_findings_ ABSL_GUARDED_BY(mu_) = 0;
+  double step_max_abs_ ABSL_GUARDED_BY(mu_) = 0;
+  double step_started_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t findings_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<FindingRow> first_origin_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> notify_ ABSL_GUARDED_BY(mu_);
+};
+
+// Largest magnitude in `counts` as a value.
+double MaxAbs(Format format, const CheckCounts& counts);
+
+// "float16[4, 8] max|x|=300 (finite)"-style one-line description.
+std::string DescribeTensor(absl::string_view dtype, absl::string_view shape,
+                           const CheckCounts& counts, double max_abs);
+
+}  // namespace nanhunt

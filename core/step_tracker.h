@@ -1,0 +1,37 @@
+// Decides which training step an op belongs to.
+//
+// torch.optim wraps each step in a USER_SCOPE record ("Optimizer.step#..."):
+// when the process shows one, a step ends with it. A process that never does
+// (a C++ LibTorch program, a hand-written update) gets a fallback: the first
+// forward op after backward ops starts a new step. When the first optimizer
+// record arrives after the fallback already advanced within the same
+// iteration, that advance is undone, so Python scripts count from 0 either
+// way. Not thread-safe: the caller serialises.
+#pragma once
+
+#include <cstdint>
+
+#include "core/phase.h"
+
+namespace nanhunt {
+
+class StepTracker {
+ public:
+  int64_t step() const { return step_; }
+
+  // A top-level op ran in `phase`. Returns true when it began a new step.
+  bool OnOp(Phase phase);
+  // An optimizer step record began. Returns true when the step number
+  // changed (the fallback's advance was undone).
+  bool OnOptimizerStepBegin();
+  // An optimizer step record ended: the step is over. Returns true.
+  bool OnOptimizerStepEnd();
+
+ private:
+  int64_t step_ = 0;
+  bool seen_optimizer_ = false;
+  bool saw_backward_ = false;       // since the last fallback advance
+  bool fallback_advanced_ = false;  // the last advance came from the fallback
+};
+
+}  // namespace nanhunt

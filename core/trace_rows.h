@@ -1,0 +1,47 @@
+// The records a trace holds, one struct per table (trace_schema.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace nanhunt {
+
+// Aggregate of one op's outputs in one step, phase and dtype.
+struct OpStatsRow {
+  int64_t step = 0;
+  std::string op, phase, dtype;
+  int64_t calls = 0, elements = 0, nan = 0, posinf = 0, neginf = 0,
+          near_max = 0, underflow = 0, fp16_overflow = 0;
+  double max_abs = 0;  // largest non-NaN |x|; +inf when one was infinite
+};
+
+// Something worth a look: where non-finite values began (origin), arrived
+// from outside (input), spread (propagated), or came close (near_max,
+// underflow).
+struct FindingRow {
+  std::string kind;
+  int64_t step = 0, call_index = 0;
+  std::string op, top_op, phase, forward_op, dtype;
+  int64_t elements = 0, nan = 0, posinf = 0, neginf = 0, near_max = 0,
+          underflow = 0;
+  double max_abs = 0;
+  std::optional<double> fp32_max_abs;  // the op recomputed in fp32
+  std::string inputs, outputs, source, stack;
+  int64_t thread = 0;
+  double time = 0;
+};
+
+// One training step.
+struct StepRow {
+  int64_t step = 0, ops = 0, nonfinite_ops = 0, origins = 0;
+  double max_abs = 0, started = 0, ended = 0;
+};
+
+// Something that happened to the run itself (config change, warning).
+struct EventRow {
+  double time = 0;
+  std::string kind, detail;
+};
+
+}  // namespace nanhunt

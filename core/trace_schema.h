@@ -1,0 +1,28 @@
+// The trace's SQLite schema, shared by the writer and the viewer. Documented
+// in the README ("Trace schema"); bump kTraceSchemaVersion on any change.
+#pragma once
+
+namespace nanhunt {
+
+inline constexpr int kTraceSchemaVersion = 1;
+
+inline constexpr const char kTraceSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS op_stats(
+  step INTEGER, op TEXT, phase TEXT, dtype TEXT, calls INTEGER,
+  elements INTEGER, nan INTEGER, posinf INTEGER, neginf INTEGER,
+  near_max INTEGER, underflow INTEGER, fp16_overflow INTEGER, max_abs REAL);
+CREATE TABLE IF NOT EXISTS findings(
+  id INTEGER PRIMARY KEY, kind TEXT, step INTEGER, call_index INTEGER,
+  op TEXT, top_op TEXT, phase TEXT, forward_op TEXT, dtype TEXT,
+  elements INTEGER, nan INTEGER, posinf INTEGER, neginf INTEGER,
+  near_max INTEGER, underflow INTEGER, max_abs REAL, fp32_max_abs REAL,
+  inputs TEXT, outputs TEXT, source TEXT, stack TEXT, thread INTEGER,
+  time REAL);
+CREATE TABLE IF NOT EXISTS steps(
+  step INTEGER, ops INTEGER, nonfinite_ops INTEGER, origins INTEGER,
+  max_abs REAL, started REAL, ended REAL);
+CREATE TABLE IF NOT EXISTS events(time REAL, kind TEXT, detail TEXT);
+)sql";
+
+}  // namespace nanhunt

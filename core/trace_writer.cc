@@ -1,0 +1,238 @@
+#include "core/trace_writer.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/trace_schema.h"
+
+namespace nanhunt {
+namespace {
+
+absl::Status SqliteError(sqlite3* db, absl::string_view what) {
+  return absl::InternalError(
+      absl::StrCat(what, ": ", db ? sqlite3_errmsg(db) : "out of memory"));
+}
+
+void BindText(sqlite3_stmt* s, int i, const std::string& v) {
+  sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()),
+                    SQLITE_TRANSIENT);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(
+    const std::string& path, std::chrono::milliseconds flush_interval) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                          SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    absl::Status s = SqliteError(db, absl::StrCat("cannot create trace ", path));
+    sqlite3_close(db);
+    return s;
+  }
+  // WAL: a commit is durable against a process crash once written, and
+  // readers (nanhunt view on a running job) never block the writer.
+  // synchronous=NORMAL: no fsync per commit; only an OS crash can lose the
+  // last commits, never the file's integrity.
+  const std::string setup = absl::StrCat(
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", kTraceSchema);
+  char* err = nullptr;
+  if (sqlite3_exec(db, setup.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    absl::Status s = absl::InternalError(
+        absl::StrCat("cannot initialise trace ", path, ": ", err ? err : ""));
+    sqlite3_free(err);
+    sqlite3_close(db);
+    return s;
+  }
+  return std::unique_ptr<TraceWriter>(
+      new TraceWriter(path, db, flush_interval));
+}
+
+TraceWriter::TraceWriter(std::string path, sqlite3* db,
+                         std::chrono::milliseconds flush_interval)
+    : path_(std::move(path)), db_(db), flush_interval_(flush_interval) {
+  sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO meta VALUES(?,?)", -1,
+                     &meta_stmt_, nullptr);
+  sqlite3_prepare_v2(db_,
+                     "INSERT INTO op_stats VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     -1, &stats_stmt_, nullptr);
+  sqlite3_prepare_v2(
+      db_,
+      "INSERT INTO findings(kind,step,call_index,op,top_op,phase,forward_op,"
+      "dtype,elements,nan,posinf,neginf,near_max,underflow,max_abs,"
+      "fp32_max_abs,inputs,outputs,source,stack,thread,time) "
+      "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+      -1, &finding_stmt_, nullptr);
+  sqlite3_prepare_v2(db_, "INSERT INTO steps VALUES(?,?,?,?,?,?,?)", -1,
+                     &step_stmt_, nullptr);
+  sqlite3_prepare_v2(db_, "INSERT INTO events VALUES(?,?,?)", -1,
+                     &event_stmt_, nullptr);
+  // The thread must not take any of the host's signals (a SIGINT meant for
+  // Python's main thread, say): block them all while it is created, so it
+  // inherits a full mask, then restore ours.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  thread_ = std::thread([this] { Run(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+TraceWriter::~TraceWriter() {
+  Close();
+  for (sqlite3_stmt* s :
+       {meta_stmt_, stats_stmt_, finding_stmt_, step_stmt_, event_stmt_}) {
+    sqlite3_finalize(s);
+  }
+  sqlite3_close(db_);
+}
+
+void TraceWriter::Enqueue(Row row) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  queue_.push_back(std::move(row));
+  ++enqueued_;
+}
+
+void TraceWriter::PutMeta(std::string key, std::string value) {
+  Enqueue(MetaRow{std::move(key), std::move(value)});
+}
+void TraceWriter::Add(OpStatsRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(FindingRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(StepRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(EventRow row) { Enqueue(std::move(row)); }
+
+void TraceWriter::Flush(std::chrono::milliseconds timeout) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  const uint64_t target = enqueued_;
+  flush_requested_ = true;
+  auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return committed_ >= target || closed_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&done),
+                       absl::FromChrono(timeout));
+}
+
+void TraceWriter::Close() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return;
+    closing_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string TraceWriter::last_error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+void TraceWriter::Run() {
+  std::vector<Row> batch;
+  for (;;) {
+    bool last;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return flush_requested_ || closing_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&wake),
+                           absl::FromChrono(flush_interval_));
+      flush_requested_ = false;
+      last = closing_;
+      batch.swap(queue_);
+    }
+    const size_t n = batch.size();
+    if (n > 0) Commit(batch);
+    batch.clear();
+    absl::MutexLock lock(&mu_);
+    committed_ += n;
+    if (last && queue_.empty()) {
+      closed_ = true;
+      return;
+    }
+  }
+}
+
+void TraceWriter::Commit(std::vector<Row>& rows) {
+  sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
+  for (const Row& row : rows) Write(row);
+  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    absl::MutexLock lock(&mu_);
+    if (error_.empty()) error_ = SqliteError(db_, "commit").ToString();
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+}
+
+void TraceWriter::Write(const Row& row) {
+  sqlite3_stmt* s = nullptr;
+  if (const auto* m = std::get_if<MetaRow>(&row)) {
+    s = meta_stmt_;
+    BindText(s, 1, m->key);
+    BindText(s, 2, m->value);
+  } else if (const auto* r = std::get_if<OpStatsRow>(&row)) {
+    s = stats_stmt_;
+    sqlite3_bind_int64(s, 1, r->step);
+    BindText(s, 2, r->op);
+    BindText(s, 3, r->phase);
+    BindText(s, 4, r->dtype);
+    int i = 5;
+    for (int64_t v : {r->calls, r->elements, r->nan, r->posinf, r->neginf,
+                      r->near_max, r->underflow, r->fp16_overflow}) {
+      sqlite3_bind_int64(s, i++, v);
+    }
+    sqlite3_bind_double(s, i, r->max_abs);
+  } else if (const auto* f = std::get_if<FindingRow>(&row)) {
+    s = finding_stmt_;
+    BindText(s, 1, f->kind);
+    sqlite3_bind_int64(s, 2, f->step);
+    sqlite3_bind_int64(s, 3, f->call_index);
+    int i = 4;
+    for (const std::string* t :
+         {&f->op, &f->top_op, &f->phase, &f->forward_op, &f->dtype}) {
+      BindText(s, i++, *t);
+    }
+    for (int64_t v : {f->elements, f->nan, f->posinf, f->neginf, f->near_max,
+                      f->underflow}) {
+      sqlite3_bind_int64(s, i++, v);
+    }
+    sqlite3_bind_double(s, i++, f->max_abs);
+    if (f->fp32_max_abs) {
+      sqlite3_bind_double(s, i++, *f->fp32_max_abs);
+    } else {
+      sqlite3_bind_null(s, i++);
+    }
+    for (const std::string* t : {&f->inputs, &f->outputs, &f->source,
+                                 &f->stack}) {
+      BindText(s, i++, *t);
+    }
+    sqlite3_bind_int64(s, i++, f->thread);
+    sqlite3_bind_double(s, i, f->time);
+  } else if (const auto* st = std::get_if<StepRow>(&row)) {
+    s = step_stmt_;
+    sqlite3_bind_int64(s, 1, st->step);
+    sqlite3_bind_int64(s, 2, st->ops);
+    sqlite3_bind_int64(s, 3, st->nonfinite_ops);
+    sqlite3_bind_int64(s, 4, st->origins);
+    sqlite3_bind_double(s, 5, st->max_abs);
+    sqlite3_bind_double(s, 6, st->started);
+    sqlite3_bind_double(s, 7, st->ended);
+  } else if (const auto* e = std::get_if<EventRow>(&row)) {
+    s = event_stmt_;
+    sqlite3_bind_double(s, 1, e->time);
+    BindText(s, 2, e->kind);
+    BindText(s, 3, e->detail);
+  }
+  if (s == nullptr) return;
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    absl::MutexLock lock(&mu_);
+    if (error_.empty()) error_ = SqliteError(db_, "insert").ToString();
+  }
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+}
+
+}  // namespace nanhunt

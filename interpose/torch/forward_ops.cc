@@ -1,0 +1,61 @@
+#include "interpose/torch/forward_ops.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace nanhunt {
+namespace {
+
+constexpr int64_t kSlots = 1 << 16;
+
+struct Slot {
+  std::atomic<int64_t> seq{-1};
+  std::atomic<const char*> name{nullptr};
+};
+
+struct Ring {
+  uint64_t thread;
+  std::unique_ptr<Slot[]> slots{new Slot[kSlots]};
+};
+
+absl::Mutex g_mu;
+// Leaked on purpose (lives for the process); rings are never removed, so a
+// pointer to one stays valid without the lock.
+auto* g_rings = new std::vector<Ring*>();
+
+Ring* FindRing(uint64_t thread, bool create) {
+  absl::MutexLock lock(&g_mu);
+  for (Ring* r : *g_rings) {
+    if (r->thread == thread) return r;
+  }
+  if (!create) return nullptr;
+  auto* r = new Ring{thread};
+  g_rings->push_back(r);
+  return r;
+}
+
+}  // namespace
+
+void ForwardOps::Record(uint64_t thread, int64_t seq, const char* name) {
+  thread_local Ring* mine = nullptr;
+  if (mine == nullptr || mine->thread != thread) mine = FindRing(thread, true);
+  Slot& s = mine->slots[seq & (kSlots - 1)];
+  // Relaxed: a torn pair at worst names the wrong op for a backward node
+  // racing with its own forward thread, which autograd does not do.
+  s.name.store(name, std::memory_order_relaxed);
+  s.seq.store(seq, std::memory_order_release);
+}
+
+const char* ForwardOps::Lookup(uint64_t thread, int64_t seq) {
+  if (seq < 0) return nullptr;
+  Ring* r = FindRing(thread, false);
+  if (r == nullptr) return nullptr;
+  const Slot& s = r->slots[seq & (kSlots - 1)];
+  if (s.seq.load(std::memory_order_acquire) != seq) return nullptr;
+  return s.name.load(std::memory_order_relaxed);
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,248 @@
+// libnanhunt_torch.so: observes every op of the process through a global
+// RecordFunction callback and hands the facts to core/'s Monitor.
+//
+// Loaded by libnanhunt.so once libtorch is in the process; built against
+// the torch of the active Python. Nothing here throws into torch: each
+// callback catches everything, reports the first internal error once, and
+// turns monitoring off for the rest of the process.
+#include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/synchronization/mutex.h"
+#include "interpose/torch/forward_ops.h"
+#include "interpose/torch/op_check.h"
+#include "interpose/torch/session.h"
+#include "interpose/torch/torch_compat.h"
+#include "interpose/torch_detect.h"
+
+namespace nanhunt {
+namespace {
+
+constexpr char kOptimizerStep[] = "Optimizer.step#";
+// A frame stack deeper than this means ends we never saw (records ended on
+// another thread); start over rather than grow.
+constexpr size_t kMaxDepth = 512;
+
+enum class FrameKind : uint8_t { kOp, kBackwardNode, kOptimizer, kOther };
+
+struct Frame {
+  const at::RecordFunction* fn = nullptr;
+  FrameKind kind = FrameKind::kOther;
+  const char* name = nullptr;
+  const char* forward_op = nullptr;  // backward nodes
+  bool contains_finding = false;
+  std::vector<c10::IValue> inputs;   // ops; capacity reused across ops
+  std::vector<InputFacts> written_before;  // in-place ops: args before
+};
+
+// Per-thread state. Frames are kept (with their vectors' capacity) above
+// `depth` so that the hot path does not allocate.
+struct ThreadState {
+  std::vector<Frame> frames;
+  size_t depth = 0;
+  bool busy = false;  // inside our own end callback work
+  int optimizer_depth = 0;
+  std::vector<TensorFacts> output_facts;
+  std::vector<at::Tensor> output_tensors;
+
+  Frame& Push() {
+    if (depth >= kMaxDepth) depth = 0;
+    if (frames.size() <= depth) frames.resize(depth + 1);
+    Frame& f = frames[depth++];
+    f.contains_finding = false;
+    f.forward_op = nullptr;
+    return f;
+  }
+  // Index of the frame of `fn`, searched from the top; -1 if absent.
+  int Find(const at::RecordFunction* fn) const {
+    for (size_t i = depth; i-- > 0;) {
+      if (frames[i].fn == fn) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // Removes frame `i`. Python's record_function ends its USER_SCOPE record
+  // inside a later op, so ends are not always last-in first-out.
+  void Remove(size_t i) {
+    frames[i].inputs.clear();
+    frames[i].fn = nullptr;
+    for (size_t j = i; j + 1 < depth; ++j) std::swap(frames[j], frames[j + 1]);
+    --depth;
+  }
+};
+
+thread_local ThreadState t_state;
+
+std::atomic<bool> g_failed{false};
+std::string* g_torch_dir = nullptr;  // leaked on purpose
+
+void ReportInternalError(const char* where, const char* what) {
+  if (g_failed.exchange(true)) return;
+  fprintf(stderr,
+          "nanhunt: internal error in %s (%s); monitoring is off for the rest "
+          "of this process, training goes on.\n",
+          where, what);
+}
+
+Phase CurrentPhase(const ThreadState& ts) {
+  if (torch_compat::InBackward()) return Phase::kBackward;
+  if (ts.optimizer_depth > 0) return Phase::kOptimizer;
+  return Phase::kForward;
+}
+
+void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
+  Frame& frame = ts.frames[index];
+  const OpTraits& traits = TraitsOf(fn);
+  // A view computes nothing: its output is memory an earlier op produced.
+  // torch.empty's output is garbage by contract.
+  if (traits.view || traits.uninitialised) return;
+  Session* session = Session::Get();
+  Monitor& monitor = session->monitor();
+  ts.output_facts.clear();
+  ts.output_tensors.clear();
+  CheckOutputs(fn.outputs(), monitor.limits(), ts.output_facts,
+               ts.output_tensors);
+  if (ts.output_facts.empty()) return;
+
+  const char* top_op = nullptr;
+  const char* forward_op = nullptr;
+  Frame* parent = nullptr;
+  for (int i = index - 1; i >= 0; --i) {
+    Frame& f = ts.frames[i];
+    if (f.kind == FrameKind::kOp) {
+      top_op = f.name;
+      if (parent == nullptr) parent = &f;
+    } else if (f.kind == FrameKind::kBackwardNode && forward_op == nullptr) {
+      forward_op = f.forward_op;
+    }
+  }
+  OpEvent event;
+  event.op = frame.name;
+  event.top_op = top_op ? top_op : "";
+  event.phase = CurrentPhase(ts);
+  event.forward_op = forward_op ? forward_op : "";
+  event.outputs = ts.output_facts;
+  event.contains_finding = frame.contains_finding;
+  event.thread = fn.threadId();
+  TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
+                         traits,
+                         monitor.limits(), *g_torch_dir);
+  const Verdict verdict = monitor.OnOp(event, context);
+  for (size_t i = 0; i < ts.output_tensors.size(); ++i) {
+    RememberChecked(ts.output_tensors[i],
+                    AnyNonFinite(ts.output_facts[i].counts));
+  }
+  if (parent != nullptr &&
+      (verdict == Verdict::kOrigin || verdict == Verdict::kInput ||
+       frame.contains_finding)) {
+    parent->contains_finding = true;
+  }
+}
+
+std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
+  if (!MonitoringActive() || g_failed.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
+  ThreadState& ts = t_state;
+  if (ts.busy) return nullptr;
+  try {
+    Frame& f = ts.Push();
+    f.fn = &fn;
+    f.name = fn.name();
+    switch (fn.scope()) {
+      case at::RecordScope::USER_SCOPE:
+        if (strncmp(f.name, kOptimizerStep, sizeof(kOptimizerStep) - 1) == 0) {
+          f.kind = FrameKind::kOptimizer;
+          ++ts.optimizer_depth;
+          Session::Get()->monitor().OnOptimizerStepBegin();
+        } else {
+          f.kind = FrameKind::kOther;
+        }
+        break;
+      case at::RecordScope::BACKWARD_FUNCTION:
+        f.kind = FrameKind::kBackwardNode;
+        f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
+        break;
+      default: {
+        f.kind = FrameKind::kOp;
+        const auto inputs = fn.inputs();
+        f.inputs.assign(inputs.begin(), inputs.end());
+        f.written_before.clear();
+        const OpTraits& traits = TraitsOf(fn);
+        if (traits.writes && !traits.uninitialised) {
+          ts.busy = true;
+          f.written_before = CheckWrittenArgs(
+              inputs, traits, Session::Get()->monitor().limits());
+          ts.busy = false;
+        }
+        if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
+          ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    ReportInternalError("op start", e.what());
+  }
+  return nullptr;
+}
+
+void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
+  ThreadState& ts = t_state;
+  if (ts.busy) return;
+  const int index = ts.Find(&fn);
+  if (index < 0) return;
+  if (MonitoringActive() && !g_failed.load(std::memory_order_relaxed)) {
+    ts.busy = true;
+    try {
+      switch (ts.frames[index].kind) {
+        case FrameKind::kOptimizer:
+          --ts.optimizer_depth;
+          Session::Get()->monitor().OnOptimizerStepEnd();
+          break;
+        case FrameKind::kOp:
+          OpEnded(fn, ts, index);
+          break;
+        default:
+          break;
+      }
+    } catch (const std::exception& e) {
+      ReportInternalError("op end", e.what());
+    }
+    ts.busy = false;
+  }
+  ts.Remove(static_cast<size_t>(index));
+}
+
+}  // namespace
+}  // namespace nanhunt
+
+// Entry point called by libnanhunt.so right after loading this plugin.
+extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
+  using namespace nanhunt;
+  try {
+    auto session = Session::Start(torch_compat::TorchVersion());
+    if (!session.ok()) {
+      fprintf(stderr, "nanhunt: %s; monitoring is off for this process.\n",
+              std::string(session.status().message()).c_str());
+      return 1;
+    }
+    // The torch package directory: frames under it are not the user's code.
+    std::string lib_dir = TorchLibraryDir();
+    g_torch_dir = new std::string(lib_dir.substr(0, lib_dir.rfind('/')));
+    at::addGlobalCallback(
+        at::RecordFunctionCallback(OnStart, OnEnd)
+            .needsInputs(true)
+            .needsOutputs(true)
+            .scopes({at::RecordScope::FUNCTION,
+                     at::RecordScope::BACKWARD_FUNCTION,
+                     at::RecordScope::USER_SCOPE}));
+    return 0;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "nanhunt: cannot start (%s); monitoring is off.\n",
+            e.what());
+    return 1;
+  }
+}

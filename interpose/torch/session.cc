@@ -1,0 +1,197 @@
+#include "interpose/torch/session.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "core/trace_schema.h"
+
+namespace nanhunt {
+namespace {
+
+std::atomic<Session*> g_session{nullptr};
+std::atomic<bool> g_active{false};
+std::atomic<bool> g_finished{false};
+
+absl::Status MakeDirs(const std::string& path) {
+  std::string partial;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || (path[i] == '/' && i > 0)) {
+      partial = path.substr(0, i);
+      if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "NANHUNT_OUT='", path, "': cannot create ", partial, ": ",
+            strerror(errno)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ReadCmdline() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)),
+                  std::istreambuf_iterator<char>());
+  while (!raw.empty() && raw.back() == '\0') raw.pop_back();
+  return absl::StrReplaceAll(raw, {{std::string(1, '\0'), " "}});
+}
+
+std::string Hostname() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string DefaultRunId() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return absl::StrCat(buf, "-", getpid());
+}
+
+void OnForkChild() { g_active.store(false); }
+
+void AtExit() {
+  if (Session* s = g_session.load()) s->Finish();
+}
+
+// SIGTERM with the default action would kill the process between two
+// commits. When (and only when) the host left SIGTERM at its default, a
+// handler takes it: it only raises a flag, which a watcher thread turns into
+// a final commit and then the default action, so the process still dies of
+// SIGTERM, with its trace complete.
+int g_term_pipe[2] = {-1, -1};
+
+void OnTerminate(int sig) {
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  ssize_t ignored = write(g_term_pipe[1], &byte, 1);  // async-signal-safe
+  (void)ignored;
+}
+
+void WatchForTermination() {
+  unsigned char sig = 0;
+  while (read(g_term_pipe[0], &sig, 1) != 1) {
+    if (errno != EINTR) return;
+  }
+  if (Session* s = g_session.load()) s->Finish();
+  signal(sig, SIG_DFL);
+  kill(getpid(), sig);
+}
+
+void InstallTerminationFlush() {
+  struct sigaction current {};
+  if (sigaction(SIGTERM, nullptr, &current) != 0 ||
+      current.sa_handler != SIG_DFL) {
+    return;  // the host handles SIGTERM itself; leave it alone
+  }
+  if (pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
+  struct sigaction action {};
+  action.sa_handler = OnTerminate;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  std::thread(WatchForTermination).detach();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+bool MonitoringActive() {
+  return g_active.load(std::memory_order_relaxed);
+}
+
+Session* Session::Get() { return g_session.load(std::memory_order_acquire); }
+
+Session::Session(Config config, std::unique_ptr<TraceWriter> writer)
+    : config_(std::move(config)), writer_(std::move(writer)) {
+  monitor_ = std::make_unique<Monitor>(config_, writer_.get());
+  if (!config_.quiet) {
+    monitor_->set_notify([](const std::string& line) {
+      fprintf(stderr, "nanhunt: %s\n", line.c_str());
+    });
+  }
+}
+
+absl::StatusOr<Session*> Session::Start(const std::string& torch_version) {
+  auto config = LoadConfigFromProcess();
+  if (!config.ok()) return config.status();
+  if (absl::Status s = MakeDirs(config->out_dir); !s.ok()) return s;
+  // One file per process: "nanhunt-<run id>-<pid>.sqlite", where a run id
+  // given by `nanhunt run` groups the processes of one run (the default run
+  // id already ends in the pid).
+  const std::string run_id =
+      config->run_id.empty() ? DefaultRunId() : config->run_id;
+  const std::string path = absl::StrCat(
+      config->out_dir, "/nanhunt-", run_id,
+      config->run_id.empty() ? "" : absl::StrCat("-", getpid()), ".sqlite");
+  auto writer = TraceWriter::Open(
+      path, std::chrono::milliseconds(config->flush_ms));
+  if (!writer.ok()) return writer.status();
+  TraceWriter& w = **writer;
+  w.PutMeta("schema_version", absl::StrCat(kTraceSchemaVersion));
+  w.PutMeta("run_id", run_id);
+  w.PutMeta("command", ReadCmdline());
+  w.PutMeta("pid", absl::StrCat(getpid()));
+  w.PutMeta("ppid", absl::StrCat(getppid()));
+  w.PutMeta("host", Hostname());
+  w.PutMeta("torch_version", torch_version);
+  w.PutMeta("config", DescribeConfig(*config));
+  w.PutMeta("near_max", absl::StrCat(config->near_max));
+  w.PutMeta("started", absl::StrCat(std::time(nullptr)));
+  for (const char* var : {"RANK", "LOCAL_RANK", "WORLD_SIZE"}) {
+    if (const char* v = getenv(var)) w.PutMeta(absl::AsciiStrToLower(var), v);
+  }
+  w.Flush();  // the metadata is on disk before the first op
+
+  auto* session = new Session(*std::move(config), *std::move(writer));
+  g_session.store(session, std::memory_order_release);
+  pthread_atfork(nullptr, nullptr, OnForkChild);
+  atexit(AtExit);
+  InstallTerminationFlush();
+  g_active.store(true);
+  return session;
+}
+
+void Session::Finish() {
+  if (g_finished.exchange(true)) return;
+  g_active.store(false);
+  monitor_->FlushStep();
+  writer_->PutMeta("ended", absl::StrCat(std::time(nullptr)));
+  writer_->PutMeta("findings", absl::StrCat(monitor_->findings()));
+  writer_->Close();
+  if (!config_.exit_summary) return;
+  std::string line = absl::StrCat("nanhunt: trace ", writer_->path());
+  if (auto origin = monitor_->first_origin()) {
+    absl::StrAppendFormat(
+        &line, "\nnanhunt: first non-finite: %s %s (%s) at step %d%s%s",
+        origin->kind == "origin" ? "origin" : "input of", origin->op,
+        origin->phase, origin->step, origin->source.empty() ? "" : " — ",
+        origin->source);
+  } else {
+    absl::StrAppend(&line, "\nnanhunt: no non-finite values seen");
+  }
+  absl::StrAppend(&line, "\nnanhunt: details: nanhunt view ",
+                  config_.out_dir);
+  fprintf(stderr, "%s\n", line.c_str());
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,20 @@
+// Where in the user's code an op was called from, without linking Python:
+// the Python C API is looked up at run time (present in python processes,
+// absent in C++ LibTorch binaries, where the native stack is used instead).
+#pragma once
+
+#include <string>
+
+namespace nanhunt {
+
+struct SourceLocation {
+  std::string source;  // "train.py:42 in forward", the innermost user frame
+  std::string stack;   // up to 8 user frames, innermost first, one per line
+};
+
+// Frames under `skip_dir` (the torch package) are not the user's code.
+// Returns empty fields when no user frame can be found. Safe on any thread:
+// a thread without Python state gets the native stack.
+SourceLocation CaptureSourceLocation(const std::string& skip_dir);
+
+}  // namespace nanhunt

@@ -1,0 +1,48 @@
+// Everything that depends on the torch version, in one place. The plugin is
+// built against whatever torch 2.x the active Python has; where an API moved
+// between versions, this header hides it.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <torch/version.h>
+
+#include <optional>
+
+#include "core/check_semantics.h"
+
+namespace nanhunt::torch_compat {
+
+// The check's format of a torch dtype; nullopt for dtypes the check skips
+// (integers, bool, complex).
+inline std::optional<Format> FormatOf(at::ScalarType t) {
+  switch (t) {
+    case at::kHalf: return Format::kF16;
+    case at::kBFloat16: return Format::kBF16;
+    case at::kFloat: return Format::kF32;
+    case at::kDouble: return Format::kF64;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    case at::ScalarType::Float8_e4m3fn: return Format::kF8E4M3FN;
+    case at::ScalarType::Float8_e5m2: return Format::kF8E5M2;
+#endif
+    default: return std::nullopt;
+  }
+}
+
+// Id of the autograd graph task running on this thread, -1 outside backward.
+// Declared by torch/csrc/autograd/graph_task.h, whose includes are heavy.
+}  // namespace nanhunt::torch_compat
+
+namespace torch::autograd {
+TORCH_API int get_current_graph_task_id();
+}  // namespace torch::autograd
+
+namespace nanhunt::torch_compat {
+
+inline bool InBackward() {
+  return torch::autograd::get_current_graph_task_id() != -1;
+}
+
+inline const char* TorchVersion() { return TORCH_VERSION; }
+
+}  // namespace nanhunt::torch_compat

@@ -1,0 +1,112 @@
+// Configuration: defaults, precise errors, the config file, and precedence.
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "core/config.h"
+#include "gtest/gtest.h"
+
+namespace nanhunt {
+namespace {
+
+absl::StatusOr<Config> Load(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : env) names.push_back(k);
+  return LoadConfig(
+      [&](const char* name) -> std::optional<std::string> {
+        auto it = env.find(name);
+        if (it == env.end()) return std::nullopt;
+        return it->second;
+      },
+      names);
+}
+
+TEST(Config, DefaultsCheckEveryOpWithAQuarterOfFp16Max) {
+  auto c = Load({});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->mode, Mode::kCheck);
+  EXPECT_EQ(c->near_max, 16376.0);
+  EXPECT_EQ(c->out_dir, "nanhunt-out");
+  EXPECT_TRUE(c->follow_children);
+}
+
+TEST(Config, BadValueNamesSettingValueAndAllowedValues) {
+  auto c = Load({{"NANHUNT_MODE", "chek"}});
+  ASSERT_FALSE(c.ok());
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find("NANHUNT_MODE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'chek'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("off, check"), std::string::npos) << msg;
+}
+
+TEST(Config, NumbersOutOfRangeAreRejected) {
+  EXPECT_FALSE(Load({{"NANHUNT_NEAR_MAX", "70000"}}).ok());
+  EXPECT_FALSE(Load({{"NANHUNT_NEAR_MAX", "-1"}}).ok());
+  EXPECT_FALSE(Load({{"NANHUNT_NEAR_MAX", "abc"}}).ok());
+  EXPECT_FALSE(Load({{"NANHUNT_FLUSH_MS", "5"}}).ok());
+  EXPECT_FALSE(Load({{"NANHUNT_FOLLOW_CHILDREN", "maybe"}}).ok());
+  auto ok = Load({{"NANHUNT_NEAR_MAX", "32768"}, {"NANHUNT_FOLLOW_CHILDREN", "off"}});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->near_max, 32768.0);
+  EXPECT_FALSE(ok->follow_children);
+}
+
+TEST(Config, MisspeltVariableIsAnErrorNotSilence) {
+  auto c = Load({{"NANHUNT_MOD", "off"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("unknown setting NANHUNT_MOD"),
+            std::string::npos);
+}
+
+class ConfigFile : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& text) {
+    path_ = ::testing::TempDir() + "/nanhunt_config_test.conf";
+    std::ofstream(path_) << text;
+    return path_;
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+  std::string path_;
+};
+
+TEST_F(ConfigFile, EntriesApplyAndTheEnvironmentWins) {
+  const std::string path = Write(
+      "# comment\nnear_max = 8000\nNANHUNT_OUT = /tmp/x  # trailing\n\n");
+  auto c = Load({{"NANHUNT_CONFIG", path}, {"NANHUNT_OUT", "/tmp/y"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->near_max, 8000.0);
+  EXPECT_EQ(c->out_dir, "/tmp/y");
+}
+
+TEST_F(ConfigFile, ErrorsNameFileAndLine) {
+  const std::string path = Write("mode = check\nnear_maxx = 1\n");
+  auto c = Load({{"NANHUNT_CONFIG", path}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find(path + ":2"), std::string::npos)
+      << c.status();
+}
+
+TEST_F(ConfigFile, BadValueInFileNamesFileAndSetting) {
+  const std::string path = Write("mode = sometimes\n");
+  auto c = Load({{"NANHUNT_CONFIG", path}});
+  ASSERT_FALSE(c.ok());
+  const std::string msg(c.status().message());
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NANHUNT_MODE='sometimes'"), std::string::npos) << msg;
+}
+
+TEST(Config, MissingFileIsAnError) {
+  auto c = Load({{"NANHUNT_CONFIG", "/nonexistent/nanhunt.conf"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("NANHUNT_CONFIG"), std::string::npos);
+}
+
+TEST(Config, EverySettingIsDocumented) {
+  for (const auto& s : AllSettings()) {
+    EXPECT_NE(std::string(s.meaning), "") << s.name;
+    EXPECT_NE(std::string(s.allowed), "") << s.name;
+  }
+}
+
+}  // namespace
+}  // namespace nanhunt

@@ -1,0 +1,165 @@
+// What the monitor calls an origin, an input, a propagation or a warning,
+// decided on facts alone (no torch).
+#include "core/monitor.h"
+
+#include "gtest/gtest.h"
+
+namespace nanhunt {
+namespace {
+
+class FakeContext : public OpContext {
+ public:
+  std::vector<InputFacts> inputs;
+  int source_calls = 0;
+  std::vector<InputFacts> Inputs() override { return inputs; }
+  std::string Source() override {
+    ++source_calls;
+    return "model.py:33 in forward";
+  }
+  std::string Stack() override { return "model.py:33 in forward"; }
+  std::optional<double> RecomputeFp32MaxAbs() override { return 71000.0; }
+};
+
+TensorFacts Fp16(uint64_t posinf, uint16_t max_bits = 0x5000) {
+  TensorFacts t;
+  t.format = Format::kF16;
+  t.shape = "[2, 4]";
+  t.counts.elements = 8;
+  t.counts.posinf = posinf;
+  t.counts.max_abs_bits = posinf ? 0x7C00 : max_bits;
+  return t;
+}
+
+InputFacts Input(bool nonfinite, bool produced_by_op) {
+  InputFacts in;
+  in.checked = true;
+  in.dtype = "float16";
+  in.counts.elements = 8;
+  in.counts.nan = nonfinite ? 1 : 0;
+  in.produced_by_op = produced_by_op;
+  return in;
+}
+
+class MonitorTest : public ::testing::Test {
+ protected:
+  Verdict Op(const char* op, const TensorFacts& out, FakeContext& ctx,
+             const char* top = "", bool contains = false,
+             Phase phase = Phase::kForward) {
+    OpEvent e;
+    e.op = op;
+    e.top_op = top;
+    e.phase = phase;
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    e.contains_finding = contains;
+    return monitor_.OnOp(e, ctx);
+  }
+  Config config_;
+  Monitor monitor_{config_, nullptr, [] { return 1.0; }};
+};
+
+TEST_F(MonitorTest, FiniteInputsGivingInfIsAnOriginWithSourceAndFp32Value) {
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false), Input(false, false)};
+  EXPECT_EQ(Op("aten::bmm", Fp16(3), ctx, "aten::matmul"), Verdict::kOrigin);
+  auto first = monitor_.first_origin();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->kind, "origin");
+  EXPECT_EQ(first->op, "aten::bmm");
+  EXPECT_EQ(first->top_op, "aten::matmul");
+  EXPECT_EQ(first->posinf, 3);
+  EXPECT_EQ(first->source, "model.py:33 in forward");
+  ASSERT_TRUE(first->fp32_max_abs.has_value());
+  EXPECT_EQ(*first->fp32_max_abs, 71000.0);
+}
+
+TEST_F(MonitorTest, NonFiniteInputFromAnEarlierOpIsPropagation) {
+  FakeContext ctx;
+  ctx.inputs = {Input(true, true)};
+  EXPECT_EQ(Op("aten::softmax", Fp16(1), ctx), Verdict::kPropagated);
+  EXPECT_FALSE(monitor_.first_origin().has_value());
+  EXPECT_EQ(ctx.source_calls, 0) << "propagation must not pay for a stack";
+}
+
+TEST_F(MonitorTest, NonFiniteDataFromOutsideIsAnInputNotAnOrigin) {
+  FakeContext ctx;
+  ctx.inputs = {Input(true, false)};
+  EXPECT_EQ(Op("aten::linear", Fp16(1), ctx), Verdict::kInput);
+  ASSERT_TRUE(monitor_.first_origin().has_value());
+  EXPECT_EQ(monitor_.first_origin()->kind, "input");
+}
+
+TEST_F(MonitorTest, UnknownNonFiniteValueInsideAnotherOpDefersToThatOp) {
+  FakeContext ctx;
+  ctx.inputs = {Input(true, false)};  // e.g. a scalar the kernel computed
+  EXPECT_EQ(Op("aten::fill_", Fp16(1), ctx, "aten::dot"), Verdict::kPropagated);
+  FakeContext outer;
+  outer.inputs = {Input(false, false)};
+  EXPECT_EQ(Op("aten::dot", Fp16(1), outer), Verdict::kOrigin);
+}
+
+TEST_F(MonitorTest, EnclosingOpOfAnOriginIsNotASecondOrigin) {
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  EXPECT_EQ(Op("aten::matmul", Fp16(1), ctx, "", /*contains=*/true),
+            Verdict::kPropagated);
+}
+
+TEST_F(MonitorTest, NearMaxWarnsOnceThenOnlyWhenItGrowsByAQuarter) {
+  config_.near_max = 16376;
+  FakeContext ctx;
+  // 0x7000 = 8192 (below), 0x7400 = 16384, 0x7600 = 24576.
+  Op("aten::bmm", Fp16(0, 0x7000), ctx);
+  EXPECT_EQ(monitor_.findings(), 0);
+  TensorFacts near = Fp16(0, 0x7400);
+  near.counts.near_max = 1;
+  Op("aten::bmm", near, ctx);
+  EXPECT_EQ(monitor_.findings(), 1);
+  TensorFacts bit_more = Fp16(0, 0x74F0);  // 20224
+  bit_more.counts.near_max = 1;
+  Op("aten::bmm", bit_more, ctx);
+  EXPECT_EQ(monitor_.findings(), 1) << "20224 < 1.25 * 16384";
+  TensorFacts more = Fp16(0, 0x7600);
+  more.counts.near_max = 1;
+  Op("aten::bmm", more, ctx);
+  EXPECT_EQ(monitor_.findings(), 2);
+}
+
+TEST_F(MonitorTest, UnderflowIsReportedOncePerOpAndPhase) {
+  FakeContext ctx;
+  TensorFacts t = Fp16(0, 0x3C00);
+  t.counts.underflow = 4;  // half of 8 elements
+  Op("aten::mul", t, ctx, "", false, Phase::kBackward);
+  Op("aten::mul", t, ctx, "", false, Phase::kBackward);
+  EXPECT_EQ(monitor_.findings(), 1);
+}
+
+TEST_F(MonitorTest, StepsAdvanceWithOptimizerRecords) {
+  FakeContext ctx;
+  Op("aten::mm", Fp16(0), ctx);
+  monitor_.OnOptimizerStepBegin();
+  monitor_.OnOptimizerStepEnd();
+  EXPECT_EQ(monitor_.step(), 1);
+  ctx.inputs = {Input(false, false)};
+  Op("aten::mm", Fp16(1), ctx);
+  EXPECT_EQ(monitor_.first_origin()->step, 1);
+}
+
+TEST_F(MonitorTest, PropagatedFindingsAreCappedPerStepButOriginsAreNot) {
+  config_.max_findings_per_step = 2;
+  Monitor m(config_, nullptr, [] { return 1.0; });
+  FakeContext propagated;
+  propagated.inputs = {Input(true, true)};
+  TensorFacts out = Fp16(1);
+  OpEvent e;
+  e.op = "aten::add";
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  for (int i = 0; i < 5; ++i) m.OnOp(e, propagated);
+  EXPECT_EQ(m.findings(), 2);
+  FakeContext origin;
+  origin.inputs = {Input(false, false)};
+  m.OnOp(e, origin);
+  EXPECT_EQ(m.findings(), 3);
+}
+
+}  // namespace
+}  // namespace nanhunt

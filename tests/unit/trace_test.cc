@@ -1,0 +1,136 @@
+// Traces: what is written reads back; a trace cut off mid-write, or one
+// that is not a trace at all, gives a clear answer instead of a crash.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "core/trace_writer.h"
+#include "gtest/gtest.h"
+#include "viewer/summary.h"
+#include "viewer/trace_reader.h"
+
+namespace nanhunt {
+namespace {
+
+class TraceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/nanhunt_trace_test_" + std::to_string(getpid());
+    mkdir(dir_.c_str(), 0755);
+    path_ = dir_ + "/nanhunt-20260101-000000-1.sqlite";
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+  void WriteSample(int steps) {
+    auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+    ASSERT_TRUE(w.ok()) << w.status();
+    (*w)->PutMeta("command", "python train.py");
+    (*w)->PutMeta("ended", "1");
+    for (int s = 0; s < steps; ++s) {
+      OpStatsRow r;
+      r.step = s;
+      r.op = "aten::bmm";
+      r.phase = "forward";
+      r.dtype = "float16";
+      r.calls = 2;
+      r.max_abs = 1000.0 * (s + 1);
+      (*w)->Add(r);
+      StepRow st;
+      st.step = s;
+      st.ops = 10;
+      st.nonfinite_ops = s == steps - 1 ? 1 : 0;
+      (*w)->Add(st);
+    }
+    FindingRow f;
+    f.kind = "origin";
+    f.step = steps - 1;
+    f.op = "aten::bmm";
+    f.phase = "forward";
+    f.posinf = 3;
+    f.fp32_max_abs = 71000.0;
+    f.source = "model.py:33 in forward";
+    (*w)->Add(f);
+    (*w)->Close();
+  }
+  std::string dir_, path_;
+};
+
+TEST_F(TraceTest, WrittenRowsReadBackAndSummarise) {
+  WriteSample(5);
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->problems.empty());
+  EXPECT_EQ(t->meta["command"], "python train.py");
+  ASSERT_EQ(t->ops.size(), 1u);
+  EXPECT_EQ(t->ops[0].calls, 10);
+  EXPECT_EQ(t->ops[0].max_abs, 5000.0);
+  const RunSummary s = Summarise({*t});
+  ASSERT_TRUE(s.first_origin.has_value());
+  EXPECT_EQ(s.first_origin->op, "aten::bmm");
+  EXPECT_EQ(s.nonfinite_steps, std::vector<int64_t>{4});
+  const std::string json = RenderJson(s);
+  EXPECT_NE(json.find("\"first_origin\":{\"kind\":\"origin\",\"op\":\"aten::bmm\""),
+            std::string::npos) << json;
+  EXPECT_NE(json.find("\"max_abs\":71000"), std::string::npos) << json;
+}
+
+TEST_F(TraceTest, FlushMakesRowsVisibleToAReaderWhileTheWriterRuns) {
+  auto w = TraceWriter::Open(path_, std::chrono::seconds(60));
+  ASSERT_TRUE(w.ok());
+  (*w)->PutMeta("command", "x");
+  FindingRow f;
+  f.kind = "origin";
+  f.op = "aten::exp";
+  (*w)->Add(f);
+  (*w)->Flush();
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 1u);
+  EXPECT_EQ(t->findings[0].op, "aten::exp");
+  // Not ended: the reader says so rather than pretending it is complete.
+  ASSERT_FALSE(t->problems.empty());
+  EXPECT_NE(t->problems.back().find("did not finish"), std::string::npos);
+}
+
+TEST_F(TraceTest, TruncatedTraceStillOpensWithWhatCanBeRead) {
+  WriteSample(3000);
+  struct stat st {};
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
+  ASSERT_GT(st.st_size, 16 * 4096) << "sample too small to cut";
+  ASSERT_EQ(truncate(path_.c_str(), st.st_size / 2), 0);
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->problems.empty()) << "a cut trace must say it is incomplete";
+  const std::string text = RenderText(Summarise({*t}), 100, false);
+  EXPECT_NE(text.find("NOTES"), std::string::npos) << text;
+}
+
+TEST_F(TraceTest, NotATraceGivesAClearError) {
+  std::ofstream(path_) << "this is not sqlite at all, just some text\n";
+  auto t = ReadTrace(path_);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find(path_), std::string::npos);
+}
+
+TEST_F(TraceTest, FolderViewKeepsTheNewestRunUnlessAskedForAll) {
+  for (const char* name : {"nanhunt-20260101-000000-r1-10.sqlite",
+                           "nanhunt-20260101-000000-r1-11.sqlite",
+                           "nanhunt-20260102-000000-r2-12.sqlite"}) {
+    std::ofstream(dir_ + "/" + name) << "";
+  }
+  auto newest = FindTraceFiles({dir_}, false);
+  ASSERT_TRUE(newest.ok());
+  ASSERT_EQ(newest->size(), 1u);
+  EXPECT_NE((*newest)[0].find("r2-12"), std::string::npos);
+  auto all = FindTraceFiles({dir_}, true);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 3u);
+  EXPECT_FALSE(FindTraceFiles({dir_ + "/missing"}, false).ok());
+}
+
+}  // namespace
+}  // namespace nanhunt

@@ -1,0 +1,120 @@
+// nanhunt: the command line. `run` starts a monitored command; `view`
+// summarises traces.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "viewer/run_command.h"
+#include "viewer/summary.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  nanhunt run [--out DIR] -- CMD [ARGS...]   run CMD monitored\n"
+    "  nanhunt view [--json] [--all-runs] TRACE_OR_DIR...\n"
+    "                                         summarise traces (a folder: its\n"
+    "                                         newest run, or all with --all-runs)\n"
+    "  nanhunt settings                       list the NANHUNT_* settings\n";
+
+int TerminalWidth() {
+  winsize ws{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+    return ws.ws_col;
+  }
+  return 100;
+}
+
+int View(const std::vector<std::string>& args) {
+  bool json = false, all_runs = false;
+  std::vector<std::string> paths;
+  for (const auto& a : args) {
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--all-runs") {
+      all_runs = true;
+    } else if (!a.empty() && a[0] == '-') {
+      fprintf(stderr, "nanhunt view: unknown option '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    } else {
+      paths.push_back(a);
+    }
+  }
+  if (paths.empty()) paths.push_back("nanhunt-out");
+  auto files = nanhunt::FindTraceFiles(paths, all_runs);
+  if (!files.ok()) {
+    fprintf(stderr, "nanhunt view: %s\n", std::string(files.status().message()).c_str());
+    return 1;
+  }
+  std::vector<nanhunt::Trace> traces;
+  for (const auto& f : *files) {
+    auto t = nanhunt::ReadTrace(f);
+    if (!t.ok()) {
+      fprintf(stderr, "nanhunt view: %s\n", std::string(t.status().message()).c_str());
+      continue;
+    }
+    traces.push_back(*std::move(t));
+  }
+  if (traces.empty()) return 1;
+  const nanhunt::RunSummary summary = nanhunt::Summarise(traces);
+  const std::string out =
+      json ? nanhunt::RenderJson(summary)
+           : nanhunt::RenderText(summary, TerminalWidth(),
+                                 isatty(STDOUT_FILENO) != 0);
+  fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int Settings() {
+  for (const auto& s : nanhunt::AllSettings()) {
+    printf("%-30s default %s\n    %s\n    allowed: %s\n", s.name, s.fallback,
+           s.meaning, s.allowed);
+  }
+  return 0;
+}
+
+int Run(const std::vector<std::string>& args) {
+  nanhunt::RunOptions options;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      ++i;
+      break;
+    }
+    if (args[i] == "--out" && i + 1 < args.size()) {
+      options.out_dir = args[++i];
+    } else if (args[i][0] == '-') {
+      fprintf(stderr, "nanhunt run: unknown option '%s'\n%s", args[i].c_str(), kUsage);
+      return 2;
+    } else {
+      break;  // the command itself, without a "--"
+    }
+  }
+  options.command.assign(args.begin() + static_cast<long>(i), args.end());
+  return nanhunt::RunCommand(options);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "run") return Run(args);
+  if (command == "view") return View(args);
+  if (command == "settings") return Settings();
+  if (command == "-h" || command == "--help" || command == "help") {
+    fputs(kUsage, stdout);
+    return 0;
+  }
+  fprintf(stderr, "nanhunt: unknown command '%s'\n%s", command.c_str(), kUsage);
+  return 2;
+}

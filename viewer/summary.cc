@@ -1,0 +1,333 @@
+#include "viewer/summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/check_limits.h"
+#include "viewer/json_writer.h"
+
+namespace nanhunt {
+namespace {
+
+bool IsFirstKind(const FindingRow& f) {
+  return f.kind == "origin" || f.kind == "input";
+}
+
+// Earlier step first, then earlier in the step, then earlier in time.
+bool Before(const FindingRow& a, const FindingRow& b) {
+  if (a.step != b.step) return a.step < b.step;
+  return a.time < b.time;
+}
+
+std::string FormatAbs(double v) {
+  if (std::isinf(v)) return "inf";
+  if (v >= 1e6 || (v > 0 && v < 1e-3)) return absl::StrFormat("%.3g", v);
+  return absl::StrFormat("%.6g", v);
+}
+
+// "aten::bmm (in aten::matmul)".
+std::string OpLabel(const FindingRow& f) {
+  std::string s = f.op;
+  if (!f.top_op.empty() && f.top_op != f.op) {
+    absl::StrAppend(&s, " (in ", f.top_op, ")");
+  }
+  return s;
+}
+
+// The magnitude an origin reached: its fp32 recomputation when there is one
+// (the fp16 output itself only says "inf").
+double ReachedAbs(const FindingRow& f) {
+  return f.fp32_max_abs ? *f.fp32_max_abs : f.max_abs;
+}
+
+std::string Fit(absl::string_view s, size_t width) {
+  if (s.size() <= width) return std::string(s);
+  return absl::StrCat(s.substr(0, width - 1), "~");
+}
+
+std::string StepRanges(const std::vector<int64_t>& steps) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < steps.size();) {
+    size_t j = i;
+    while (j + 1 < steps.size() && steps[j + 1] == steps[j] + 1) ++j;
+    parts.push_back(i == j ? absl::StrCat(steps[i])
+                           : absl::StrCat(steps[i], "-", steps[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+}  // namespace
+
+RunSummary Summarise(const std::vector<Trace>& traces) {
+  RunSummary s;
+  std::set<std::string> commands;
+  std::map<std::pair<std::string, std::string>, OpTotals> ops;
+  std::map<std::string, PhaseTotals> phases;
+  std::set<int64_t> bad_steps;
+  std::set<std::string> warned;
+  for (const Trace& t : traces) {
+    s.traces.push_back(t.path);
+    for (const auto& p : t.problems) s.problems.push_back(t.path + ": " + p);
+    if (auto it = t.meta.find("command"); it != t.meta.end()) {
+      commands.insert(it->second);
+    }
+    if (auto it = t.meta.find("torch_version"); it != t.meta.end()) {
+      s.torch_version = it->second;
+    }
+    for (const FindingRow& f : t.findings) {
+      if (f.kind == "origin") ++s.origins;
+      if (f.kind == "input") ++s.inputs;
+      if (f.kind == "propagated") ++s.propagated;
+      if (IsFirstKind(f) && (!s.first_origin || Before(f, *s.first_origin))) {
+        s.first_origin = f;
+        s.first_origin_trace = t.path;
+      }
+      if (f.kind == "near_max" && warned.insert(f.op + "/" + f.phase).second) {
+        s.warnings.push_back(f);
+      }
+    }
+    for (const OpTotals& o : t.ops) {
+      OpTotals& m = ops[{o.op, o.phase}];
+      m.op = o.op;
+      m.phase = o.phase;
+      m.calls += o.calls;
+      m.elements += o.elements;
+      m.nan += o.nan;
+      m.posinf += o.posinf;
+      m.neginf += o.neginf;
+      m.near_max += o.near_max;
+      m.underflow += o.underflow;
+      m.fp16_overflow += o.fp16_overflow;
+      m.max_abs = std::max(m.max_abs, o.max_abs);
+      PhaseTotals& p = phases[o.phase];
+      p.phase = o.phase;
+      p.calls += o.calls;
+      p.nonfinite_values += o.nonfinite();
+      p.near_max += o.near_max;
+      p.underflow += o.underflow;
+    }
+    for (const StepRow& st : t.steps) {
+      s.steps = std::max(s.steps, st.step + 1);
+      if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
+    }
+  }
+  for (auto& [key, o] : ops) s.ops.push_back(o);
+  std::sort(s.ops.begin(), s.ops.end(), [](const OpTotals& a, const OpTotals& b) {
+    if (a.max_abs != b.max_abs) return a.max_abs > b.max_abs;
+    return a.op < b.op;
+  });
+  for (const char* name : {"forward", "backward", "optimizer"}) {
+    if (auto it = phases.find(name); it != phases.end()) {
+      s.phases.push_back(it->second);
+    }
+  }
+  s.commands.assign(commands.begin(), commands.end());
+  s.nonfinite_steps.assign(bad_steps.begin(), bad_steps.end());
+  std::sort(s.warnings.begin(), s.warnings.end(), Before);
+  return s;
+}
+
+std::string RenderText(const RunSummary& s, int width, bool color) {
+  const std::string bold = color ? "\x1b[1m" : "", red = color ? "\x1b[31m" : "",
+                    yellow = color ? "\x1b[33m" : "", reset = color ? "\x1b[0m" : "";
+  const size_t w = static_cast<size_t>(std::max(60, width));
+  std::string out;
+  absl::StrAppend(&out, bold, "nanhunt", reset, " — ", s.traces.size(),
+                  s.traces.size() == 1 ? " trace" : " traces", ", ", s.steps,
+                  s.steps == 1 ? " step" : " steps",
+                  s.torch_version.empty() ? "" : ", torch " + s.torch_version,
+                  "\n");
+  for (const auto& c : s.commands) {
+    absl::StrAppend(&out, "  command: ", Fit(c, w - 11), "\n");
+  }
+
+  absl::StrAppend(&out, "\n", bold, "FIRST NON-FINITE VALUES", reset, "\n");
+  if (!s.first_origin) {
+    absl::StrAppend(&out, "  none: every checked output was finite\n");
+  } else {
+    const FindingRow& f = *s.first_origin;
+    if (f.kind == "origin") {
+      absl::StrAppend(&out, "  ", red, "origin", reset, "  ", bold, OpLabel(f),
+                      reset, "  ", f.phase, "  step ", f.step, "\n");
+      absl::StrAppend(&out, "          finite inputs gave ", f.dtype,
+                      " outputs with");
+    } else {
+      absl::StrAppend(&out, "  ", red, "input", reset,
+                      "   non-finite values arrived from outside (data, a "
+                      "constant), first consumed by ",
+                      bold, OpLabel(f), reset, "  ", f.phase, "  step ",
+                      f.step, "\n          outputs:");
+    }
+    if (f.nan) absl::StrAppend(&out, " nan=", f.nan);
+    if (f.posinf) absl::StrAppend(&out, " +inf=", f.posinf);
+    if (f.neginf) absl::StrAppend(&out, " -inf=", f.neginf);
+    absl::StrAppend(&out, " of ", f.elements, "\n");
+    if (f.fp32_max_abs) {
+      absl::StrAppend(
+          &out, "          recomputed in fp32 the outputs reach |x| = ",
+          FormatAbs(*f.fp32_max_abs),
+          absl::StrFormat(" (%.2fx fp16's max 65504)\n",
+                          *f.fp32_max_abs / kFp16Max));
+    }
+    if (!f.forward_op.empty()) {
+      absl::StrAppend(&out, "          backward of forward op ", f.forward_op,
+                      "\n");
+    }
+    if (!f.source.empty()) {
+      absl::StrAppend(&out, "          at ", Fit(f.source, w - 13), "\n");
+    }
+    if (!f.inputs.empty()) {
+      for (absl::string_view in : absl::StrSplit(f.inputs, "; ")) {
+        absl::StrAppend(&out, "          input ", Fit(in, w - 16), "\n");
+      }
+    }
+    absl::StrAppend(&out, "  then: ", s.origins, " origin findings, ",
+                    s.inputs, " input findings, ", s.propagated,
+                    " propagated (recorded) in all\n");
+  }
+
+  if (!s.warnings.empty()) {
+    absl::StrAppend(&out, "\n", bold, "WARNINGS BEFORE OVERFLOW", reset,
+                    " (first time an op's outputs came near fp16's limit)\n");
+    for (size_t i = 0; i < s.warnings.size() && i < 8; ++i) {
+      const FindingRow& f = s.warnings[i];
+      absl::StrAppend(&out, "  ", yellow, "step ", f.step, reset, "  ",
+                      Fit(OpLabel(f), 32), " ", f.phase, "  |x|=",
+                      FormatAbs(f.max_abs),
+                      absl::StrFormat(" (%.0f%%)", 100 * f.max_abs / kFp16Max),
+                      f.source.empty() ? "" : "  " + Fit(f.source, w / 2),
+                      "\n");
+    }
+  }
+
+  absl::StrAppend(&out, "\n", bold, "OPS CLOSEST TO FP16'S LIMIT", reset,
+                  " (65504; fp32 runs show which ops would overflow in fp16)\n");
+  absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9s %10s %7s %9s %10s\n",
+                                        "op", "phase", "calls", "max|x|",
+                                        "%limit", "near-max", "non-finite"));
+  for (size_t i = 0; i < s.ops.size() && i < 12; ++i) {
+    const OpTotals& o = s.ops[i];
+    const std::string pct =
+        std::isinf(o.max_abs) ? "over"
+                              : absl::StrFormat("%.1f", 100 * o.max_abs / kFp16Max);
+    absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9d %10s %7s %9d %10d\n",
+                                          Fit(o.op, 34), o.phase, o.calls,
+                                          FormatAbs(o.max_abs), pct, o.near_max,
+                                          o.nonfinite()));
+  }
+
+  absl::StrAppend(&out, "\n", bold, "BY PHASE", reset, "\n");
+  for (const PhaseTotals& p : s.phases) {
+    absl::StrAppend(&out, absl::StrFormat(
+                              "  %-9s %10d op calls  %10d non-finite values  "
+                              "%8d near-max  %10d underflow\n",
+                              p.phase, p.calls, p.nonfinite_values, p.near_max,
+                              p.underflow));
+  }
+  absl::StrAppend(&out, "\n", bold, "STEPS WITH NON-FINITE VALUES", reset, "\n  ",
+                  s.nonfinite_steps.empty() ? "none"
+                                            : Fit(StepRanges(s.nonfinite_steps), w - 2),
+                  "\n");
+  if (!s.problems.empty()) {
+    absl::StrAppend(&out, "\n", bold, "NOTES", reset, "\n");
+    for (const auto& p : s.problems) absl::StrAppend(&out, "  ", p, "\n");
+  }
+  return out;
+}
+
+std::string RenderJson(const RunSummary& s) {
+  JsonWriter j;
+  j.BeginObject();
+  j.Key("traces").BeginArray();
+  for (const auto& t : s.traces) j.String(t);
+  j.EndArray();
+  j.Key("torch_version").String(s.torch_version);
+  j.Key("steps").Int(s.steps);
+  j.Key("first_origin");
+  if (!s.first_origin) {
+    j.Null();
+  } else {
+    const FindingRow& f = *s.first_origin;
+    j.BeginObject();
+    j.Key("kind").String(f.kind);
+    j.Key("op").String(f.op);
+    j.Key("top_op").String(f.top_op);
+    j.Key("phase").String(f.phase);
+    j.Key("forward_op").String(f.forward_op);
+    j.Key("step").Int(f.step);
+    j.Key("call_index").Int(f.call_index);
+    j.Key("dtype").String(f.dtype);
+    j.Key("elements").Int(f.elements);
+    j.Key("nan").Int(f.nan);
+    j.Key("posinf").Int(f.posinf);
+    j.Key("neginf").Int(f.neginf);
+    j.Key("max_abs").Number(ReachedAbs(f));
+    j.Key("output_max_abs").Number(f.max_abs);
+    j.Key("fp32_max_abs");
+    if (f.fp32_max_abs) j.Number(*f.fp32_max_abs); else j.Null();
+    j.Key("source").String(f.source);
+    j.Key("stack").String(f.stack);
+    j.Key("inputs").String(f.inputs);
+    j.Key("outputs").String(f.outputs);
+    j.Key("trace").String(s.first_origin_trace);
+    j.EndObject();
+  }
+  j.Key("counts").BeginObject();
+  j.Key("origins").Int(s.origins);
+  j.Key("inputs").Int(s.inputs);
+  j.Key("propagated").Int(s.propagated);
+  j.EndObject();
+  j.Key("warnings").BeginArray();
+  for (const FindingRow& f : s.warnings) {
+    j.BeginObject();
+    j.Key("op").String(f.op);
+    j.Key("phase").String(f.phase);
+    j.Key("step").Int(f.step);
+    j.Key("max_abs").Number(f.max_abs);
+    j.Key("source").String(f.source);
+    j.EndObject();
+  }
+  j.EndArray();
+  j.Key("ops").BeginArray();
+  for (const OpTotals& o : s.ops) {
+    j.BeginObject();
+    j.Key("op").String(o.op);
+    j.Key("phase").String(o.phase);
+    j.Key("calls").Int(o.calls);
+    j.Key("max_abs").Number(o.max_abs);
+    j.Key("overflowed").Bool(std::isinf(o.max_abs));
+    j.Key("near_max").Int(o.near_max);
+    j.Key("nonfinite").Int(o.nonfinite());
+    j.Key("underflow").Int(o.underflow);
+    j.Key("fp16_overflow").Int(o.fp16_overflow);
+    j.EndObject();
+  }
+  j.EndArray();
+  j.Key("phases").BeginObject();
+  for (const PhaseTotals& p : s.phases) {
+    j.Key(p.phase).BeginObject();
+    j.Key("calls").Int(p.calls);
+    j.Key("nonfinite_values").Int(p.nonfinite_values);
+    j.Key("near_max").Int(p.near_max);
+    j.Key("underflow").Int(p.underflow);
+    j.EndObject();
+  }
+  j.EndObject();
+  j.Key("nonfinite_steps").BeginArray();
+  for (int64_t st : s.nonfinite_steps) j.Int(st);
+  j.EndArray();
+  j.Key("problems").BeginArray();
+  for (const auto& p : s.problems) j.String(p);
+  j.EndArray();
+  j.EndObject();
+  return j.str() + "\n";
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,43 @@
+// What `nanhunt view` says about one or more traces of a run, computed once
+// and rendered as text (terminal) or JSON (scripts).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "viewer/trace_reader.h"
+
+namespace nanhunt {
+
+struct PhaseTotals {
+  std::string phase;
+  int64_t calls = 0, nonfinite_values = 0,
+          near_max = 0, underflow = 0;
+};
+
+struct RunSummary {
+  std::vector<std::string> traces;
+  std::vector<std::string> commands;   // distinct commands
+  std::string torch_version;
+  std::optional<FindingRow> first_origin;  // first origin or input finding
+  std::string first_origin_trace;
+  std::vector<FindingRow> warnings;    // near_max findings, first per op
+  std::vector<OpTotals> ops;           // ranked by max |x|, highest first
+  std::vector<PhaseTotals> phases;
+  std::vector<int64_t> nonfinite_steps;
+  int64_t steps = 0, origins = 0, inputs = 0, propagated = 0;
+  std::vector<std::string> problems;   // "<trace>: <problem>"
+};
+
+RunSummary Summarise(const std::vector<Trace>& traces);
+
+// Text for a terminal `width` columns wide; ANSI colour when `color`.
+std::string RenderText(const RunSummary& s, int width, bool color);
+
+// JSON with at least {"first_origin": {op, phase, step, dtype, nan, posinf,
+// neginf, max_abs, source} | null, "ops": [{op, calls, max_abs, near_max,
+// nonfinite}]}. Non-finite numbers are written as null.
+std::string RenderJson(const RunSummary& s);
+
+}  // namespace nanhunt

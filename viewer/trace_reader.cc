@@ -1,0 +1,206 @@
+#include "viewer/trace_reader.h"
+
+#include <dirent.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace nanhunt {
+namespace {
+
+std::string Text(sqlite3_stmt* s, int col) {
+  const unsigned char* t = sqlite3_column_text(s, col);
+  return t ? reinterpret_cast<const char*>(t) : "";
+}
+
+// Runs `sql`, calling `row` per result row; on failure notes the problem
+// and keeps what was read before the failure.
+void Query(sqlite3* db, const char* table, const char* sql,
+           const std::function<void(sqlite3_stmt*)>& row,
+           std::vector<std::string>& problems) {
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK) {
+    problems.push_back(
+        absl::StrCat("table ", table, " unreadable: ", sqlite3_errmsg(db)));
+    sqlite3_finalize(s);
+    return;
+  }
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) row(s);
+  if (rc != SQLITE_DONE) {
+    problems.push_back(absl::StrCat("table ", table, " read only in part: ",
+                                    sqlite3_errmsg(db)));
+  }
+  sqlite3_finalize(s);
+}
+
+FindingRow ReadFinding(sqlite3_stmt* s) {
+  FindingRow f;
+  int i = 0;
+  f.kind = Text(s, i++);
+  f.step = sqlite3_column_int64(s, i++);
+  f.call_index = sqlite3_column_int64(s, i++);
+  f.op = Text(s, i++);
+  f.top_op = Text(s, i++);
+  f.phase = Text(s, i++);
+  f.forward_op = Text(s, i++);
+  f.dtype = Text(s, i++);
+  for (int64_t* v : {&f.elements, &f.nan, &f.posinf, &f.neginf, &f.near_max,
+                     &f.underflow}) {
+    *v = sqlite3_column_int64(s, i++);
+  }
+  f.max_abs = sqlite3_column_double(s, i++);
+  if (sqlite3_column_type(s, i) != SQLITE_NULL) {
+    f.fp32_max_abs = sqlite3_column_double(s, i);
+  }
+  ++i;
+  f.inputs = Text(s, i++);
+  f.outputs = Text(s, i++);
+  f.source = Text(s, i++);
+  f.stack = Text(s, i++);
+  f.thread = sqlite3_column_int64(s, i++);
+  f.time = sqlite3_column_double(s, i++);
+  return f;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// "nanhunt-<run id>-<pid>.sqlite" -> "<run id>".
+std::string RunIdOf(const std::string& file) {
+  std::string base = file.substr(file.rfind('/') + 1);
+  if (!absl::StartsWith(base, "nanhunt-")) return base;
+  base = base.substr(8);
+  const size_t dash = base.rfind('-');
+  return dash == std::string::npos ? base : base.substr(0, dash);
+}
+
+}  // namespace
+
+absl::StatusOr<Trace> ReadTrace(const std::string& path) {
+  sqlite3* db = nullptr;
+  // Read-write without create: a trace left by a killed process has a WAL
+  // file that must be replayed. Falls back to read-only for read-only media.
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+  if (rc != SQLITE_OK) {
+    sqlite3_close(db);
+    db = nullptr;
+    rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  }
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot open as a trace: ", msg));
+  }
+  sqlite3_busy_timeout(db, 2000);  // a live writer commits in milliseconds
+  // A trace cut short (disk full, copied mid-write) has a header that
+  // promises more pages than the file holds, which SQLite otherwise refuses
+  // as corrupt. With writable_schema it reads up to the cut instead. The
+  // viewer never writes, so the pragma's other effect does not matter.
+  sqlite3_exec(db, "PRAGMA writable_schema=ON", nullptr, nullptr, nullptr);
+  Trace t;
+  t.path = path;
+  Query(db, "meta", "SELECT key, value FROM meta",
+        [&](sqlite3_stmt* s) { t.meta[Text(s, 0)] = Text(s, 1); }, t.problems);
+  Query(db, "findings",
+        "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
+        "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
+        "inputs,outputs,source,stack,thread,time FROM findings ORDER BY id",
+        [&](sqlite3_stmt* s) { t.findings.push_back(ReadFinding(s)); },
+        t.problems);
+  Query(db, "op_stats",
+        "SELECT op, phase, SUM(calls), SUM(elements), SUM(nan), SUM(posinf),"
+        " SUM(neginf), SUM(near_max), SUM(underflow), SUM(fp16_overflow),"
+        " MAX(max_abs) FROM op_stats GROUP BY op, phase",
+        [&](sqlite3_stmt* s) {
+          OpTotals o;
+          o.op = Text(s, 0);
+          o.phase = Text(s, 1);
+          int i = 2;
+          for (int64_t* v : {&o.calls, &o.elements, &o.nan, &o.posinf,
+                             &o.neginf, &o.near_max, &o.underflow,
+                             &o.fp16_overflow}) {
+            *v = sqlite3_column_int64(s, i++);
+          }
+          o.max_abs = sqlite3_column_double(s, i);
+          t.ops.push_back(std::move(o));
+        },
+        t.problems);
+  Query(db, "steps",
+        "SELECT step, SUM(ops), SUM(nonfinite_ops), SUM(origins), "
+        "MAX(max_abs), MIN(started), MAX(ended) FROM steps GROUP BY step "
+        "ORDER BY step",
+        [&](sqlite3_stmt* s) {
+          StepRow r;
+          r.step = sqlite3_column_int64(s, 0);
+          r.ops = sqlite3_column_int64(s, 1);
+          r.nonfinite_ops = sqlite3_column_int64(s, 2);
+          r.origins = sqlite3_column_int64(s, 3);
+          r.max_abs = sqlite3_column_double(s, 4);
+          r.started = sqlite3_column_double(s, 5);
+          r.ended = sqlite3_column_double(s, 6);
+          t.steps.push_back(r);
+        },
+        t.problems);
+  sqlite3_close(db);
+  if (t.meta.empty() && !t.problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a readable nanhunt trace (", t.problems.front(), ")"));
+  }
+  if (t.meta.count("ended") == 0) {
+    t.problems.push_back(
+        "the process did not finish cleanly (killed, crashed, or still "
+        "running): the trace holds what was committed before that");
+  }
+  return t;
+}
+
+absl::StatusOr<std::vector<std::string>> FindTraceFiles(
+    const std::vector<std::string>& paths, bool all_runs) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    if (!IsDirectory(p)) {
+      struct stat st {};
+      if (stat(p.c_str(), &st) != 0) {
+        return absl::NotFoundError(absl::StrCat(p, ": no such file or folder"));
+      }
+      files.push_back(p);
+      continue;
+    }
+    std::vector<std::string> in_dir;
+    if (DIR* d = opendir(p.c_str())) {
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (absl::EndsWith(name, ".sqlite")) in_dir.push_back(p + "/" + name);
+      }
+      closedir(d);
+    }
+    if (in_dir.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat(p, ": no nanhunt traces (*.sqlite) in this folder"));
+    }
+    std::sort(in_dir.begin(), in_dir.end());
+    if (!all_runs) {
+      // Run ids start with a timestamp, so the newest sorts last.
+      std::string newest;
+      for (const auto& f : in_dir) newest = std::max(newest, RunIdOf(f));
+      in_dir.erase(std::remove_if(in_dir.begin(), in_dir.end(),
+                                  [&](const std::string& f) {
+                                    return RunIdOf(f) != newest;
+                                  }),
+                   in_dir.end());
+    }
+    files.insert(files.end(), in_dir.begin(), in_dir.end());
+  }
+  return files;
+}
+
+}  // namespace nanhunt

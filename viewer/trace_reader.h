@@ -1,0 +1,44 @@
+// Reads nanhunt traces (SQLite files written by core/trace_writer) for the
+// viewer. A trace that is truncated, corrupt, locked or still being written
+// is read as far as it can be: every table is read on its own, and what
+// failed is listed in `problems` instead of failing the whole read.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/trace_rows.h"
+
+namespace nanhunt {
+
+// One op's outputs over the whole trace, per phase.
+struct OpTotals {
+  std::string op, phase;
+  int64_t calls = 0, elements = 0, nan = 0, posinf = 0, neginf = 0,
+          near_max = 0, underflow = 0, fp16_overflow = 0;
+  double max_abs = 0;  // +inf when an output was infinite
+  int64_t nonfinite() const { return nan + posinf + neginf; }
+};
+
+struct Trace {
+  std::string path;
+  std::map<std::string, std::string> meta;
+  std::vector<FindingRow> findings;  // ordered by step, call index
+  std::vector<OpTotals> ops;
+  std::vector<StepRow> steps;
+  std::vector<std::string> problems;  // what could not be read, and why
+};
+
+// Reads one trace. Fails only when the file cannot be opened as SQLite at
+// all; anything less yields a Trace with `problems` filled in.
+absl::StatusOr<Trace> ReadTrace(const std::string& path);
+
+// The trace files among `paths` (files, or folders whose *.sqlite files are
+// taken). Folders holding several runs keep only the newest run unless
+// `all_runs`. Errors name the path.
+absl::StatusOr<std::vector<std::string>> FindTraceFiles(
+    const std::vector<std::string>& paths, bool all_runs);
+
+}  // namespace nanhunt
