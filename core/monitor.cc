@@ -109,7 +109,7 @@ std::optional<FindingRow> Monitor::first_origin() const {
   return first_origin_;
 }
 
-Verdict Monitor::OnOp(const OpEvent& e, OpContext& context) {
+Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
   Format format = Format::kF32;
   const CheckCounts total = Total(e.outputs, format);
   const bool nonfinite = AnyNonFinite(total);
@@ -118,9 +118,10 @@ Verdict Monitor::OnOp(const OpEvent& e, OpContext& context) {
   {
     absl::MutexLock lock(&mu_);
     const double now = e.top_op.empty() ? clock_() : 0;
-    if (e.top_op.empty() && steps_.OnOp(e.phase)) {
+    if (e.top_op.empty() && steps_.OnOp(e.phase, e.grad_enabled)) {
       WriteStepLocked(steps_.step() - 1, now);
     }
+    e.phase = steps_.Refine(e.phase, e.grad_enabled);
     ++call_index_;
     OpState& state = ops_[e.op];
     const int p = static_cast<int>(e.phase);
@@ -137,6 +138,7 @@ Verdict Monitor::OnOp(const OpEvent& e, OpContext& context) {
       const double last = state.near_reported[p];
       want_headroom = last == 0 || max_abs >= last * kHeadroomGrowth;
       if (want_headroom) state.near_reported[p] = max_abs;
+      if (e.contains_warning) want_headroom = false;
     }
     if (!nonfinite && total.underflow > 0 && !state.underflow_reported[p] &&
         total.underflow >=
@@ -160,7 +162,10 @@ Verdict Monitor::OnOp(const OpEvent& e, OpContext& context) {
     }
     row.outputs = Describe(e.outputs);
     absl::MutexLock lock(&mu_);
-    if (want_headroom && notify_) {
+    // Live warnings are for formats that really overflow near 65504; for
+    // fp32 and bf16 outputs the finding (what *would* overflow) suffices.
+    if (want_headroom && notify_ &&
+        (format == Format::kF16 || format == Format::kF8E5M2)) {
       notify_(absl::StrFormat(
           "warning: %s (%s) reached |x|=%.6g, %.0f%% of fp16's limit 65504, "
           "at step %d%s%s",
@@ -168,6 +173,7 @@ Verdict Monitor::OnOp(const OpEvent& e, OpContext& context) {
           row.step, row.source.empty() ? "" : " — ", row.source));
     }
     Emit(std::move(row));
+    if (want_headroom) return Verdict::kWarned;
   }
   return Verdict::kClean;
 }

@@ -73,15 +73,20 @@ struct OpEvent {
   absl::string_view op;          // innermost, e.g. "aten::bmm"
   absl::string_view top_op;      // outermost enclosing op, or empty
   Phase phase = Phase::kForward;
+  bool grad_enabled = true;      // grad mode when the op ran
   absl::string_view forward_op;  // backward ops: the forward op of the node
   absl::Span<const TensorFacts> outputs;
   // An op nested inside this one was already an origin or an input finding:
   // this op's non-finite outputs come from there.
   bool contains_finding = false;
+  // A nested op already reported these outputs coming near the limit: the
+  // enclosing op (matmul around bmm) does not report them again.
+  bool contains_warning = false;
   uint64_t thread = 0;
 };
 
-enum class Verdict { kClean, kOrigin, kInput, kPropagated };
+// kWarned: finite, but a near-max finding was recorded for it.
+enum class Verdict { kClean, kWarned, kOrigin, kInput, kPropagated };
 
 class Monitor {
  public:
@@ -92,8 +97,9 @@ class Monitor {
 
   const CheckLimits& limits() const { return limits_; }
 
-  // Records one op. Returns what its outputs were.
-  Verdict OnOp(const OpEvent& event, OpContext& context);
+  // Records one op. Returns what its outputs were. The event's phase may be
+  // refined (see StepTracker): findings carry the refined one.
+  Verdict OnOp(OpEvent event, OpContext& context);
 
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();

@@ -12,4 +12,18 @@ bool OutputsAreUninitialised(absl::string_view op) {
   return false;
 }
 
+bool PassesInputThrough(absl::string_view op) {
+  for (absl::string_view name :
+       {"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias",
+        "aten::alias", "aten::detach", "aten::lift"}) {
+    if (op == name) return true;
+  }
+  return false;
+}
+
+bool IsBookkeepingRecord(absl::string_view name) {
+  return absl::StartsWith(name, "autograd::") ||
+         absl::StartsWith(name, "profiler::");
+}
+
 }  // namespace nanhunt

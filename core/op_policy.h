@@ -9,4 +9,14 @@ namespace nanhunt {
 // friends, resize_): whatever bits they hold are not a finding.
 bool OutputsAreUninitialised(absl::string_view op);
 
+// Ops that return their input's memory as it is, without a schema alias
+// annotation saying so (_unsafe_view, lift_fresh): checking their output
+// would count the producing op's values twice.
+bool PassesInputThrough(absl::string_view op);
+
+// Records that are not ops but bookkeeping around them (the autograd
+// engine's "autograd::engine::evaluate_function: MulBackward0"): they own
+// no tensors and must not count as an enclosing op.
+bool IsBookkeepingRecord(absl::string_view name);
+
 }  // namespace nanhunt

@@ -2,19 +2,29 @@
 
 namespace nanhunt {
 
-bool StepTracker::OnOp(Phase phase) {
+bool StepTracker::OnOp(Phase phase, bool grad_enabled) {
   if (phase == Phase::kBackward) {
     saw_backward_ = true;
+    post_backward_ = true;
     fallback_advanced_ = false;
     return false;
   }
-  if (phase == Phase::kForward && saw_backward_ && !seen_optimizer_) {
+  if (phase != Phase::kForward || !grad_enabled) return false;
+  post_backward_ = false;
+  if (saw_backward_ && !seen_optimizer_) {
     saw_backward_ = false;
     fallback_advanced_ = true;
     ++step_;
     return true;
   }
   return false;
+}
+
+Phase StepTracker::Refine(Phase phase, bool grad_enabled) const {
+  if (phase == Phase::kForward && !grad_enabled && post_backward_) {
+    return Phase::kOptimizer;
+  }
+  return phase;
 }
 
 bool StepTracker::OnOptimizerStepBegin() {

@@ -1,12 +1,17 @@
-// Decides which training step an op belongs to.
+// Decides which training step an op belongs to, and refines its phase.
 //
 // torch.optim wraps each step in a USER_SCOPE record ("Optimizer.step#..."):
 // when the process shows one, a step ends with it. A process that never does
 // (a C++ LibTorch program, a hand-written update) gets a fallback: the first
-// forward op after backward ops starts a new step. When the first optimizer
-// record arrives after the fallback already advanced within the same
-// iteration, that advance is undone, so Python scripts count from 0 either
-// way. Not thread-safe: the caller serialises.
+// grad-enabled forward op after backward ops starts a new step. When the
+// first optimizer record arrives after the fallback already advanced within
+// the same iteration, that advance is undone, so Python scripts count from 0
+// either way.
+//
+// Ops that run after backward with grad mode off (C++ optimizers, gradient
+// clipping, GradScaler's unscale, hand-written updates) are the update, not
+// a forward pass: they get the optimizer phase. Not thread-safe: the caller
+// serialises.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +24,12 @@ class StepTracker {
  public:
   int64_t step() const { return step_; }
 
-  // A top-level op ran in `phase`. Returns true when it began a new step.
-  bool OnOp(Phase phase);
+  // A top-level op ran in `phase` with grad mode `grad_enabled`. Returns
+  // true when it began a new step.
+  bool OnOp(Phase phase, bool grad_enabled);
+
+  // The phase to record for an op the caller saw as `phase`.
+  Phase Refine(Phase phase, bool grad_enabled) const;
   // An optimizer step record began. Returns true when the step number
   // changed (the fallback's advance was undone).
   bool OnOptimizerStepBegin();
@@ -32,6 +41,7 @@ class StepTracker {
   bool seen_optimizer_ = false;
   bool saw_backward_ = false;       // since the last fallback advance
   bool fallback_advanced_ = false;  // the last advance came from the fallback
+  bool post_backward_ = false;      // backward ran; no forward pass since
 };
 
 }  // namespace nanhunt

@@ -31,6 +31,19 @@ std::string FormatAbs(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
+// max |x| relative to fp16's limit: "82%", or "3.2x" / "1.1e+07x" past it.
+std::string OfLimit(double max_abs) {
+  if (std::isinf(max_abs)) return "inf";
+  const double r = max_abs / kFp16Max;
+  if (r < 1) return absl::StrFormat("%.0f%%", 100 * r);
+  return absl::StrFormat("%.3gx", r);
+}
+
+// Formats whose own range ends near 65504.
+bool IsFp16Range(absl::string_view dtype) {
+  return dtype == "float16" || dtype == "float8_e5m2";
+}
+
 // "aten::bmm (in aten::matmul)".
 std::string OpLabel(const FindingRow& f) {
   std::string s = f.op;
@@ -71,7 +84,6 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   std::map<std::pair<std::string, std::string>, OpTotals> ops;
   std::map<std::string, PhaseTotals> phases;
   std::set<int64_t> bad_steps;
-  std::set<std::string> warned;
   for (const Trace& t : traces) {
     s.traces.push_back(t.path);
     for (const auto& p : t.problems) s.problems.push_back(t.path + ": " + p);
@@ -89,9 +101,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
         s.first_origin = f;
         s.first_origin_trace = t.path;
       }
-      if (f.kind == "near_max" && warned.insert(f.op + "/" + f.phase).second) {
-        s.warnings.push_back(f);
-      }
+      if (f.kind == "near_max") s.warnings.push_back(f);
     }
     for (const OpTotals& o : t.ops) {
       OpTotals& m = ops[{o.op, o.phase}];
@@ -193,34 +203,57 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                     " propagated (recorded) in all\n");
   }
 
-  if (!s.warnings.empty()) {
+  // Warnings: outputs that really live in fp16 first, as a trend per op
+  // ("step 13 26% -> step 16 36% -> ..."); wider formats are only at risk
+  // if they were run in fp16, so they come after, one line each.
+  std::map<std::string, std::vector<const FindingRow*>> at_risk, would;
+  std::vector<std::string> order;
+  for (const FindingRow& f : s.warnings) {
+    const std::string key = OpLabel(f) + "  " + f.phase + " " + f.dtype;
+    auto& group = IsFp16Range(f.dtype) ? at_risk : would;
+    if (group.find(key) == group.end()) order.push_back(key);
+    group[key].push_back(&f);
+  }
+  if (!at_risk.empty()) {
     absl::StrAppend(&out, "\n", bold, "WARNINGS BEFORE OVERFLOW", reset,
-                    " (first time an op's outputs came near fp16's limit)\n");
-    for (size_t i = 0; i < s.warnings.size() && i < 8; ++i) {
-      const FindingRow& f = s.warnings[i];
-      absl::StrAppend(&out, "  ", yellow, "step ", f.step, reset, "  ",
-                      Fit(OpLabel(f), 32), " ", f.phase, "  |x|=",
-                      FormatAbs(f.max_abs),
-                      absl::StrFormat(" (%.0f%%)", 100 * f.max_abs / kFp16Max),
-                      f.source.empty() ? "" : "  " + Fit(f.source, w / 2),
-                      "\n");
+                    " (fp16 outputs nearing 65504, by step)\n");
+    for (const auto& key : order) {
+      auto it = at_risk.find(key);
+      if (it == at_risk.end()) continue;
+      std::vector<std::string> trend;
+      for (const FindingRow* f : it->second) {
+        trend.push_back(absl::StrCat("step ", f->step, " ", OfLimit(f->max_abs)));
+      }
+      absl::StrAppend(&out, "  ", yellow, Fit(key, w - 4), reset, "\n    ",
+                      Fit(absl::StrJoin(trend, " -> "), w - 6), "\n");
+      const std::string& source = it->second.front()->source;
+      if (!source.empty()) absl::StrAppend(&out, "    at ", Fit(source, w - 9), "\n");
+    }
+  }
+  if (!would.empty()) {
+    absl::StrAppend(&out, "\n", bold, "WOULD OVERFLOW IN FP16", reset,
+                    " (fp32/bf16 outputs past the near-max threshold; safe "
+                    "as they run now)\n");
+    for (const auto& key : order) {
+      auto it = would.find(key);
+      if (it == would.end()) continue;
+      const FindingRow* top = it->second.back();
+      absl::StrAppend(&out, "  ", Fit(key, 52), "  up to ", FormatAbs(top->max_abs),
+                      " (", OfLimit(top->max_abs), " of 65504) at step ", top->step, "\n");
     }
   }
 
   absl::StrAppend(&out, "\n", bold, "OPS CLOSEST TO FP16'S LIMIT", reset,
                   " (65504; fp32 runs show which ops would overflow in fp16)\n");
-  absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9s %10s %7s %9s %10s\n",
+  absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9s %10s %9s %9s %10s\n",
                                         "op", "phase", "calls", "max|x|",
-                                        "%limit", "near-max", "non-finite"));
+                                        "of 65504", "near-max", "non-finite"));
   for (size_t i = 0; i < s.ops.size() && i < 12; ++i) {
     const OpTotals& o = s.ops[i];
-    const std::string pct =
-        std::isinf(o.max_abs) ? "over"
-                              : absl::StrFormat("%.1f", 100 * o.max_abs / kFp16Max);
-    absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9d %10s %7s %9d %10d\n",
+    absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9d %10s %9s %9d %10d\n",
                                           Fit(o.op, 34), o.phase, o.calls,
-                                          FormatAbs(o.max_abs), pct, o.near_max,
-                                          o.nonfinite()));
+                                          FormatAbs(o.max_abs), OfLimit(o.max_abs),
+                                          o.near_max, o.nonfinite()));
   }
 
   absl::StrAppend(&out, "\n", bold, "BY PHASE", reset, "\n");

@@ -22,7 +22,7 @@ struct RunSummary {
   std::string torch_version;
   std::optional<FindingRow> first_origin;  // first origin or input finding
   std::string first_origin_trace;
-  std::vector<FindingRow> warnings;    // near_max findings, first per op
+  std::vector<FindingRow> warnings;    // near_max findings, in step order
   std::vector<OpTotals> ops;           // ranked by max |x|, highest first
   std::vector<PhaseTotals> phases;
   std::vector<int64_t> nonfinite_steps;

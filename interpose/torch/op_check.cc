@@ -86,6 +86,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
       if (!ret.alias_info()) traits.view = false;
     }
   }
+  if (PassesInputThrough(fn.name())) traits.view = true;
   return cache.emplace(key, traits).first->second;
 }
 

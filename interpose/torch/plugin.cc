@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "absl/synchronization/mutex.h"
+#include "core/op_policy.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/op_check.h"
 #include "interpose/torch/session.h"
@@ -35,6 +36,7 @@ struct Frame {
   const char* name = nullptr;
   const char* forward_op = nullptr;  // backward nodes
   bool contains_finding = false;
+  bool contains_warning = false;  // a nested op already warned (near-max)
   std::vector<c10::IValue> inputs;   // ops; capacity reused across ops
   std::vector<InputFacts> written_before;  // in-place ops: args before
 };
@@ -54,6 +56,7 @@ struct ThreadState {
     if (frames.size() <= depth) frames.resize(depth + 1);
     Frame& f = frames[depth++];
     f.contains_finding = false;
+    f.contains_warning = false;
     f.forward_op = nullptr;
     return f;
   }
@@ -123,9 +126,11 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.op = frame.name;
   event.top_op = top_op ? top_op : "";
   event.phase = CurrentPhase(ts);
+  event.grad_enabled = c10::GradMode::is_enabled();
   event.forward_op = forward_op ? forward_op : "";
   event.outputs = ts.output_facts;
   event.contains_finding = frame.contains_finding;
+  event.contains_warning = frame.contains_warning;
   event.thread = fn.threadId();
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
@@ -135,10 +140,12 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     RememberChecked(ts.output_tensors[i],
                     AnyNonFinite(ts.output_facts[i].counts));
   }
-  if (parent != nullptr &&
-      (verdict == Verdict::kOrigin || verdict == Verdict::kInput ||
-       frame.contains_finding)) {
-    parent->contains_finding = true;
+  if (parent != nullptr) {
+    parent->contains_finding |= verdict == Verdict::kOrigin ||
+                                verdict == Verdict::kInput ||
+                                frame.contains_finding;
+    parent->contains_warning |=
+        verdict == Verdict::kWarned || frame.contains_warning;
   }
 }
 
@@ -167,6 +174,10 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
         break;
       default: {
+        if (IsBookkeepingRecord(f.name)) {
+          f.kind = FrameKind::kOther;
+          break;
+        }
         f.kind = FrameKind::kOp;
         const auto inputs = fn.inputs();
         f.inputs.assign(inputs.begin(), inputs.end());

@@ -115,11 +115,17 @@ bool PythonFrames(const std::string& skip_dir, std::vector<std::string>& out) {
   return true;
 }
 
+// Shared objects of torch, nanhunt and the C/C++ runtime: frames in them
+// are not the user's code.
 bool IsRuntimeLibrary(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  const absl::string_view base =
+      slash == absl::string_view::npos ? path : path.substr(slash + 1);
+  if (!absl::StrContains(base, ".so")) return false;  // the program itself
   for (absl::string_view lib :
        {"libtorch", "libc10", "libnanhunt", "libc.so", "libstdc++",
-        "libpython", "libgomp", "ld-linux"}) {
-    if (absl::StrContains(path, lib)) return true;
+        "libpython", "libgomp", "ld-linux", "libgcc_s"}) {
+    if (absl::StartsWith(base, lib)) return true;
   }
   return false;
 }

@@ -1,0 +1,66 @@
+"""Shared helpers: every test runs real processes (Python + torch, or the
+LibTorch test binary) under the real preload library, and reads the real
+SQLite trace back through `nanhunt view --json`."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build"
+NANHUNT = BUILD / "bin" / "nanhunt"
+LIBNANHUNT = BUILD / "lib" / "libnanhunt.so"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+DEMO = ROOT / "demo" / "train.py"
+PYTHON = sys.executable
+
+
+def clean_env(**extra):
+    """The environment without any NANHUNT_* or LD_PRELOAD of the caller."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run(cmd, env=None, timeout=300, **kw):
+    return subprocess.run([str(c) for c in cmd], env=env or clean_env(),
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def nanhunt_run(cmd, out, env=None, timeout=300):
+    """`nanhunt run --out OUT -- CMD...`"""
+    return run([NANHUNT, "run", "--out", out, "--", *cmd], env=env,
+               timeout=timeout)
+
+
+def preload_run(cmd, out, timeout=300, **settings):
+    """`LD_PRELOAD=libnanhunt.so CMD...` with NANHUNT_OUT=OUT."""
+    env = clean_env(LD_PRELOAD=LIBNANHUNT, NANHUNT_OUT=out, **settings)
+    return run(cmd, env=env, timeout=timeout)
+
+
+def view_json(*paths):
+    r = run([NANHUNT, "view", "--json", *paths])
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def findings(out, kind=None):
+    """All findings of the traces in OUT, straight from SQLite."""
+    import sqlite3
+    rows = []
+    for trace in sorted(Path(out).glob("*.sqlite")):
+        db = sqlite3.connect(trace)
+        db.row_factory = sqlite3.Row
+        rows += [dict(r) for r in db.execute("SELECT * FROM findings ORDER BY id")]
+        db.close()
+    return [r for r in rows if kind is None or r["kind"] == kind]
+
+
+@pytest.fixture
+def out(tmp_path):
+    return tmp_path / "nanhunt-out"

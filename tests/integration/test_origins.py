@@ -1,0 +1,74 @@
+"""Which op nanhunt names as the first origin, in real torch programs."""
+from conftest import (DEMO, PYTHON, SCRIPTS, findings, nanhunt_run,
+                      preload_run, view_json)
+
+
+def test_fp16_dot_overflow_is_an_origin_with_positive_infinity(out):
+    r = preload_run([PYTHON, SCRIPTS / "overflow_dot.py"], out)
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert first["kind"] == "origin"
+    assert first["op"] == "aten::dot"
+    assert first["top_op"] == "aten::matmul"
+    assert first["phase"] == "forward"
+    assert first["dtype"] == "float16"
+    assert first["posinf"] == 1 and first["nan"] == 0
+    assert first["fp32_max_abs"] == 360000.0
+    assert first["source"].endswith("overflow_dot.py:5 in <module>")
+    # The live line on stderr says the same.
+    assert "origin aten::dot (forward) at step 0" in r.stderr
+
+
+def test_softmax_of_inf_is_propagated_from_a_non_finite_input(out):
+    r = preload_run([PYTHON, SCRIPTS / "softmax_inf.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert "nan" in r.stdout
+    origins = findings(out, "origin")
+    assert origins == [], origins
+    softmax = [f for f in findings(out, "propagated") if f["op"] == "aten::_softmax"]
+    assert softmax and softmax[0]["nan"] == 2
+    assert "+inf=1" in softmax[0]["inputs"]
+    first = view_json(out)["first_origin"]
+    assert first["kind"] == "input", first
+
+
+def test_demo_origin_is_the_attention_matmul_with_scores_past_fp16_max(out):
+    r = nanhunt_run([PYTHON, DEMO, "--steps", "44"], out)
+    assert r.returncode == 0, r.stderr
+    assert "loss nan" in r.stdout
+    report = view_json(out)
+    first = report["first_origin"]
+    assert first["kind"] == "origin"
+    assert (first["op"], first["top_op"]) == ("aten::bmm", "aten::matmul")
+    assert first["phase"] == "forward"
+    assert first["dtype"] == "float16"
+    assert first["max_abs"] > 65504
+    assert "train.py:30 in forward" in first["source"]
+    # Warned before it overflowed: the same op, steps earlier.
+    warned = [w for w in report["warnings"]
+              if w["op"] == "aten::bmm" and w["step"] < first["step"]]
+    assert warned, report["warnings"]
+    # The summary printed by `nanhunt run` names it too.
+    assert "origin  aten::bmm (in aten::matmul)  forward" in r.stderr
+
+
+def test_backward_only_overflow_is_reported_in_backward_with_its_forward_op(out):
+    r = preload_run([PYTHON, SCRIPTS / "backward_overflow.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert "forward max 5000" in r.stdout
+    first = view_json(out)["first_origin"]
+    assert first["kind"] == "origin"
+    assert first["phase"] == "backward"
+    assert first["forward_op"] == "aten::div"
+    assert first["posinf"] + first["neginf"] > 0
+
+
+def test_nan_planted_in_the_data_batch_is_reported_as_input(out):
+    r = preload_run([PYTHON, SCRIPTS / "nan_in_batch.py"], out)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    first = report["first_origin"]
+    assert first["kind"] == "input", first
+    assert first["step"] == 2
+    assert first["nan"] > 0
+    assert findings(out, "origin") == []

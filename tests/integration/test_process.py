@@ -1,0 +1,127 @@
+"""nanhunt as a good guest: exit codes, signals, forks, children, bad
+settings, processes without torch, and traces of killed processes."""
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import (BUILD, LIBNANHUNT, NANHUNT, PYTHON, SCRIPTS, clean_env,
+                      nanhunt_run, preload_run, run, view_json)
+
+
+def test_process_without_torch_is_untouched(out, tmp_path):
+    r = nanhunt_run(["/bin/true"], out)
+    assert r.returncode == 0
+    assert r.stdout == ""
+    assert not out.exists() or not list(out.glob("*.sqlite"))
+    direct = preload_run(["/bin/echo", "hi"], out)
+    assert (direct.returncode, direct.stdout, direct.stderr) == (0, "hi\n", "")
+
+
+def test_bash_wrapper_runs_and_its_python_child_is_monitored(out, tmp_path):
+    wrapper = tmp_path / "train.sh"
+    wrapper.write_text(f"#!/bin/bash\necho wrapper\nexec {PYTHON} {SCRIPTS / 'overflow_dot.py'}\n")
+    wrapper.chmod(0o755)
+    r = nanhunt_run(["bash", wrapper], out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("wrapper\n")
+    assert view_json(out)["first_origin"]["op"] == "aten::dot"
+    plain = nanhunt_run(["bash", "-c", "exit 0"], out)
+    assert plain.returncode == 0
+
+
+def test_exit_code_of_the_command_is_returned(out):
+    r = nanhunt_run([PYTHON, "-c", "import torch, sys; sys.exit(3)"], out)
+    assert r.returncode == 3
+
+
+def test_bad_setting_fails_fast_naming_setting_value_and_allowed(out):
+    env = clean_env(NANHUNT_MODE="chek")
+    r = preload_run([PYTHON, "-c", "print('ran')"], out, NANHUNT_MODE="chek")
+    assert r.returncode == 2
+    assert "ran" not in r.stdout
+    assert "NANHUNT_MODE='chek' is not valid; allowed: off, check" in r.stderr
+    via_cli = nanhunt_run([PYTHON, "-c", "print('ran')"], out, env=env)
+    assert via_cli.returncode == 2 and "NANHUNT_MODE" in via_cli.stderr
+    typo = preload_run([PYTHON, "-c", "print('ran')"], out, NANHUNT_NEAR_MAXX="1")
+    assert typo.returncode == 2
+    assert "unknown setting NANHUNT_NEAR_MAXX" in typo.stderr
+
+
+def test_mode_off_loads_nothing(out):
+    r = preload_run([PYTHON, SCRIPTS / "overflow_dot.py"], out, NANHUNT_MODE="off")
+    assert r.returncode == 0 and r.stderr == ""
+    assert not out.exists()
+
+
+def test_dataloader_with_two_worker_processes(out):
+    r = nanhunt_run([PYTHON, SCRIPTS / "dataloader_workers.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert "done" in r.stdout
+    traces = list(out.glob("*.sqlite"))
+    assert len(traces) == 1, "forked workers must not write traces"
+    report = view_json(out)
+    assert report["steps"] == 16
+    assert report["first_origin"] is None
+
+
+def test_children_are_followed_unless_switched_off(out):
+    r = nanhunt_run([PYTHON, SCRIPTS / "spawn_child.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert len(list(out.glob("*.sqlite"))) == 1  # the child's; the parent never loads torch
+    off = out.parent / "off"
+    env = clean_env(NANHUNT_FOLLOW_CHILDREN="0")
+    r = nanhunt_run([PYTHON, SCRIPTS / "spawn_child.py"], off, env=env)
+    assert r.returncode == 0, r.stderr
+    assert not list(off.glob("*.sqlite"))
+
+
+def test_dlopen_of_a_bare_name_still_uses_the_callers_rpath(out):
+    probe = BUILD / "tests" / "librpath_probe.so"
+    r = preload_run([PYTHON, SCRIPTS / "rpath_probe.py", probe], out)
+    assert r.stdout.strip() == "42", r.stderr
+
+
+def wait_for_steps(proc, n):
+    for _ in range(n):
+        line = proc.stdout.readline()
+        assert line.startswith("step"), line
+
+
+def start_long_training(out):
+    env = clean_env(LD_PRELOAD=LIBNANHUNT, NANHUNT_OUT=out, NANHUNT_FLUSH_MS=50)
+    return subprocess.Popen([PYTHON, str(SCRIPTS / "long_training.py")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_trace_of_a_process_killed_with_sigkill_still_opens(out):
+    proc = start_long_training(out)
+    wait_for_steps(proc, 30)
+    time.sleep(0.3)  # a few commits
+    proc.kill()
+    proc.wait()
+    report = view_json(out)
+    assert report["steps"] >= 10
+    assert any("did not finish" in p for p in report["problems"])
+
+
+def test_sigterm_commits_the_trace_then_dies_of_sigterm(out):
+    proc = start_long_training(out)
+    wait_for_steps(proc, 20)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    [trace] = out.glob("*.sqlite")
+    meta = dict(sqlite3.connect(trace).execute("SELECT key, value FROM meta"))
+    assert "ended" in meta, "the final commit must happen before dying"
+
+
+def test_signals_sent_to_nanhunt_run_reach_the_command(out):
+    proc = subprocess.Popen([str(NANHUNT), "run", "--out", str(out), "--", PYTHON,
+                             str(SCRIPTS / "long_training.py")],
+                            env=clean_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_steps(proc, 5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
