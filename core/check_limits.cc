@@ -77,6 +77,18 @@ unsigned long long SmallestPatternAtLeast(Format format, double value) {
   return lo;
 }
 
+size_t FormatWidth(Format format) {
+  switch (format) {
+    case Format::kF16:
+    case Format::kBF16: return 2;
+    case Format::kF32: return 4;
+    case Format::kF64: return 8;
+    case Format::kF8E4M3FN:
+    case Format::kF8E5M2: return 1;
+  }
+  return 4;
+}
+
 absl::string_view FormatName(Format format) {
   switch (format) {
     case Format::kF16: return "float16";

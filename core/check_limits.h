@@ -3,6 +3,7 @@
 // turns a checked bit pattern back into a value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include "absl/strings/string_view.h"
 
@@ -51,6 +52,9 @@ double DecodeMagnitude(Format format, unsigned long long abs_bits);
 // The smallest magnitude pattern of `format` whose value is >= `value`; the
 // infinity pattern (or, without infinities, the NaN pattern) when none is.
 unsigned long long SmallestPatternAtLeast(Format format, double value);
+
+// Bytes per value of `format`.
+size_t FormatWidth(Format format);
 
 // Short lower-case name ("float16", "bfloat16", ...) as torch prints dtypes.
 absl::string_view FormatName(Format format);

@@ -12,48 +12,62 @@ namespace {
 template <class Bits>
 using BlockCounter = std::conditional_t<(sizeof(Bits) < 2), uint16_t, Bits>;
 
-// Values per block: one less than 2^15 so that 16-bit counters cannot
-// overflow, large enough that folding blocks into totals costs nothing.
+// Values per block: one less than 2^15 so that signed 16-bit counters
+// cannot overflow, large enough that folding blocks into totals costs
+// nothing.
 constexpr int64_t kBlock = (1 << 15) - 1;
 
 // One block, written as independent counters so the compiler vectorises it.
 // The per-value meaning is check_semantics.h's, as in AccumulateValue<F>.
+// Always inlined: it must be compiled inside each target clone of its
+// caller (AVX2 and baseline), not once for the baseline only.
 template <Format F>
-void CheckBlock(const typename FormatBits<F>::Bits* p, int64_t n,
+__attribute__((always_inline)) inline void CheckBlock(
+    const typename FormatBits<F>::Bits* p, int64_t n,
                 const Thresholds<typename FormatBits<F>::Bits>& t,
                 CheckCounts& total) {
   using Bits = typename FormatBits<F>::Bits;
-  using Counter = BlockCounter<Bits>;
+  // Magnitudes have the sign bit clear, so they compare the same as signed
+  // integers, which SIMD units compare natively (unsigned compares cost
+  // several instructions each on AVX2).
+  using Mag = std::make_signed_t<Bits>;
+  using Counter = std::make_signed_t<BlockCounter<Bits>>;
+  using FB = FormatBits<F>;
   Counter nan = 0, posinf = 0, neginf = 0, near = 0, under = 0, ovf = 0;
-  Bits max_abs = 0;
-  const Bits near_at = t.near_max, tiny = t.tiny, ovf_at = t.fp16_overflow;
+  Mag max_abs = 0;
+  const Mag near_at = static_cast<Mag>(t.near_max);
+  const Mag tiny = static_cast<Mag>(t.tiny);
+  const Mag ovf_at = static_cast<Mag>(t.fp16_overflow);
+  const Mag exp = static_cast<Mag>(FB::kExp);
+  const Mag nan_abs = static_cast<Mag>(FB::kNanAbs);
   for (int64_t i = 0; i < n; ++i) {
     const Bits bits = p[i];
-    const Bits abs = MagnitudeOf<F>(bits);
-    const Counter is_nan = IsNanMagnitude<F>(abs);
-    const Counter is_inf = IsInfMagnitude<F>(abs);
-    const Counter neg = IsNegative<F>(bits);
-    const Counter finite = IsFiniteMagnitude<F>(abs);
+    const Mag abs = static_cast<Mag>(MagnitudeOf<F>(bits));
+    const bool neg = (bits & FB::kSign) != 0;
+    // The same classification as check_semantics.h, on signed magnitudes.
+    const bool is_nan = FB::kHasInf ? abs > exp : abs == nan_abs;
+    const bool is_inf = FB::kHasInf && abs == exp;
+    const bool finite = FB::kHasInf ? abs < exp : abs != nan_abs;
     nan += is_nan;
-    posinf += is_inf & (neg ^ 1);
+    posinf += is_inf & !neg;
     neginf += is_inf & neg;
-    near += finite & Counter(abs >= near_at);
-    under += Counter(abs != 0) & Counter(abs < tiny);
-    ovf += finite & Counter(abs >= ovf_at);
+    near += finite & (abs >= near_at);
+    under += (abs != 0) & (abs < tiny);
+    ovf += finite & (abs >= ovf_at);
     // NaN must not count towards the largest magnitude: mask it to zero
     // arithmetically (a select here stops GCC from vectorising the loop).
-    const Bits candidate = abs & static_cast<Bits>(Bits(is_nan) - Bits{1});
+    const Mag candidate = abs & static_cast<Mag>(Mag(is_nan) - Mag{1});
     max_abs = candidate > max_abs ? candidate : max_abs;
   }
   CheckCounts block;
   block.elements = static_cast<unsigned long long>(n);
-  block.nan = nan;
-  block.posinf = posinf;
-  block.neginf = neginf;
-  block.near_max = near;
-  block.underflow = under;
-  block.fp16_overflow = ovf;
-  block.max_abs_bits = max_abs;
+  block.nan = static_cast<unsigned long long>(nan);
+  block.posinf = static_cast<unsigned long long>(posinf);
+  block.neginf = static_cast<unsigned long long>(neginf);
+  block.near_max = static_cast<unsigned long long>(near);
+  block.underflow = static_cast<unsigned long long>(under);
+  block.fp16_overflow = static_cast<unsigned long long>(ovf);
+  block.max_abs_bits = static_cast<unsigned long long>(max_abs);
   MergeCounts(total, block);
 }
 

@@ -187,6 +187,10 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   } else {
     inputs = context.Inputs();
     for (const auto& in : inputs) {
+      if (in.unknown_before && !e.top_op.empty()) {
+        verdict = Verdict::kPropagated;  // deferred to the enclosing op
+        break;
+      }
       if (!in.checked || !AnyNonFinite(in.counts)) continue;
       if (in.produced_by_op) {
         verdict = Verdict::kPropagated;

@@ -50,6 +50,9 @@ struct InputFacts {
   double max_abs = 0;    // when checked
   // The input was already known non-finite from an earlier op's output.
   bool produced_by_op = false;
+  // Overwritten by the op, and its values before were not checked (an
+  // in-place op inside another op): the enclosing op must judge.
+  bool unknown_before = false;
 };
 
 // What the monitor may ask about an op whose outputs were not finite (or

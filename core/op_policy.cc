@@ -21,6 +21,32 @@ bool PassesInputThrough(absl::string_view op) {
   return false;
 }
 
+bool CopiesValues(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::copy_",          "aten::clone",          "aten::contiguous",
+      "aten::_to_copy",       "aten::to",             "aten::cat",
+      "aten::stack",          "aten::index_select",   "aten::gather",
+      "aten::select_backward", "aten::slice_backward", "aten::embedding",
+      "aten::repeat",         "aten::flip",           "aten::roll",
+      "aten::narrow_copy",    "aten::expand_copy",    "aten::permute_copy",
+      "aten::_reshape_copy",  "aten::constant_pad_nd", "aten::index"};
+  for (absl::string_view name : kOps) {
+    if (op == name) return true;
+  }
+  return false;
+}
+
+bool FillsWithScalar(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::zero_",     "aten::zeros",     "aten::zeros_like", "aten::new_zeros",
+      "aten::ones",      "aten::ones_like", "aten::new_ones",   "aten::fill_",
+      "aten::full",      "aten::full_like", "aten::new_full",   "aten::scalar_tensor"};
+  for (absl::string_view name : kOps) {
+    if (op == name) return true;
+  }
+  return false;
+}
+
 bool IsBookkeepingRecord(absl::string_view name) {
   return absl::StartsWith(name, "autograd::") ||
          absl::StartsWith(name, "profiler::");

@@ -14,6 +14,16 @@ bool OutputsAreUninitialised(absl::string_view op);
 // would count the producing op's values twice.
 bool PassesInputThrough(absl::string_view op);
 
+// Ops whose outputs hold exactly values of their inputs (copies, casts to
+// the same dtype, concatenation, gathers): when no dtype changes, they cannot
+// make a non-finite or larger value, and the producer of those values was
+// already checked. Checking them again would double the cost for nothing.
+bool CopiesValues(absl::string_view op);
+
+// Ops that fill their output with a scalar (zeros, ones, fill_, full): their
+// output is known from the scalar, so only a non-finite scalar is news.
+bool FillsWithScalar(absl::string_view op);
+
 // Records that are not ops but bookkeeping around them (the autograd
 // engine's "autograd::engine::evaluate_function: MulBackward0"): they own
 // no tensors and must not count as an enclosing op.

@@ -1,9 +1,11 @@
 #include "interpose/torch/op_check.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -51,7 +53,113 @@ void ForEachTensor(const c10::IValue& v,
   }
 }
 
+// The last few tensors this thread checked at the end of an op, so that
+// the same memory in the same state is not scanned twice: the output of
+// linear is the output of the addmm inside it, and the parameter an
+// optimizer's add_ is about to overwrite was checked as an output just
+// before.
+//
+// When may a result be reused? Version counters only move when an in-place
+// op passes the autograd layer; kernels write below it without a bump
+// (randn's normal_ on a fresh tensor). So results are remembered only at
+// the end of ops (never from a pre-check of memory about to change), and
+// reused only where no kernel can have written since: at the end of a
+// composite op, whose writes are all nested, checked ops; or before a
+// top-level in-place op, when every earlier op has ended. The newest
+// result for a data pointer wins. The storage is held weakly: a freed
+// storage never matches.
+struct CachedCheck {
+  uint64_t mark = 0;  // CacheMark() when remembered
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  int64_t numel = 0;
+  at::ScalarType dtype = at::kFloat;
+  uint32_t version = 0;
+  CheckCounts counts;
+};
+// Keyed by data pointer, so the newest result for a piece of memory
+// replaces older ones. Bounded: an optimizer touches a few tensors per
+// parameter, and a forgotten result only costs a scan.
+constexpr size_t kMaxCachedChecks = 4096;
+thread_local absl::flat_hash_map<const void*, CachedCheck> t_cache;
+thread_local uint64_t t_mark = 0;
+
+const CheckCounts* FindCached(const at::Tensor& t, uint64_t after) {
+  if (t.is_inference()) return nullptr;  // no version counter
+  auto it = t_cache.find(t.data_ptr());
+  if (it == t_cache.end()) return nullptr;
+  const CachedCheck& e = it->second;
+  if (e.mark <= after || e.numel != t.numel() || e.dtype != t.scalar_type() ||
+      e.version != t._version() ||
+      e.storage.lock().get() != t.storage().unsafeGetStorageImpl()) {
+    return nullptr;
+  }
+  return &e.counts;
+}
+
+void RememberCounts(const at::Tensor& t, const CheckCounts& counts) {
+  if (t.is_inference()) return;
+  if (t_cache.size() >= kMaxCachedChecks) t_cache.clear();
+  t_cache.insert_or_assign(
+      t.data_ptr(), CachedCheck{++t_mark, t.storage().getWeakStorageImpl(),
+                                t.numel(), t.scalar_type(), t._version(),
+                                counts});
+}
+
+std::atomic<int64_t> g_scanned{0};
+std::atomic<int64_t> g_reused{0};
+
+// Large tensors are scanned by torch's own intra-op threads, which sit idle
+// between ops: the scan then costs the training thread a fraction.
+constexpr int64_t kParallelGrain = 1 << 16;
+
+CheckCounts ScanDense(Format format, const void* data, int64_t n,
+                      const CheckLimits& limits) {
+  if (n < 2 * kParallelGrain || at::get_num_threads() < 2 ||
+      at::in_parallel_region()) {
+    return CheckHostBuffer(format, data, n, limits);
+  }
+  const int64_t chunks = (n + kParallelGrain - 1) / kParallelGrain;
+  std::vector<CheckCounts> parts(static_cast<size_t>(chunks));
+  const size_t width = FormatWidth(format);
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t start = i * kParallelGrain;
+      parts[static_cast<size_t>(i)] = CheckHostBuffer(
+          format, static_cast<const char*>(data) + start * width,
+          std::min(kParallelGrain, n - start), limits);
+    }
+  });
+  CheckCounts total;
+  for (const CheckCounts& p : parts) MergeCounts(total, p);
+  return total;
+}
+
 }  // namespace
+
+uint64_t CacheMark() { return t_mark; }
+
+ScanTotals GetScanTotals() { return {g_scanned.load(), g_reused.load()}; }
+
+bool SameFloatingDtype(const std::vector<c10::IValue>& inputs,
+                       const std::vector<c10::IValue>& outputs) {
+  std::optional<at::ScalarType> seen;
+  bool same = true;
+  auto visit = [&](const at::Tensor& t) {
+    if (!t.defined() || !t.is_floating_point()) return;
+    if (!seen) seen = t.scalar_type();
+    same = same && *seen == t.scalar_type();
+  };
+  for (const c10::IValue& v : inputs) ForEachTensor(v, visit);
+  for (const c10::IValue& v : outputs) ForEachTensor(v, visit);
+  return same && seen.has_value();
+}
+
+bool HasNonFiniteScalar(const std::vector<c10::IValue>& inputs) {
+  for (const c10::IValue& v : inputs) {
+    if (v.isDouble() && !std::isfinite(v.toDouble())) return true;
+  }
+  return false;
+}
 
 const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   // Keyed by the name and overload pointers, which live as long as the
@@ -64,10 +172,17 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   if (it != cache.end()) return it->second;
   OpTraits traits;
   traits.uninitialised = OutputsAreUninitialised(fn.name());
+  traits.copies_values = CopiesValues(fn.name());
+  traits.fills_with_scalar = FillsWithScalar(fn.name());
   if (auto name = fn.operator_name()) {
     traits.handle = c10::Dispatcher::singleton().findOp(*name);
   }
   if (traits.handle) {
+    traits.composite = traits.handle->hasKernelForDispatchKey(
+        c10::DispatchKey::CompositeImplicitAutograd);
+    traits.composed_of_nested_ops =
+        traits.composite ||
+        absl::StartsWith(fn.name(), "aten::_foreach_");
     const c10::FunctionSchema& schema = traits.handle->schema();
     const auto& args = schema.arguments();
     for (size_t i = 0; i < args.size(); ++i) {
@@ -91,7 +206,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
 }
 
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
-                 TensorFacts& facts) {
+                 TensorFacts& facts, CacheUse cache, uint64_t reuse_after) {
   if (!t.defined() || t.layout() != at::kStrided || !t.device().is_cpu() ||
       !t.has_storage()) {
     return false;
@@ -108,25 +223,37 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
   if (t.data_ptr() == nullptr) return false;
   bool dense = t.is_non_overlapping_and_dense();
   for (int64_t s : t.strides()) dense = dense && s >= 0;
+  const bool reuse = cache == CacheUse::kReuse || cache == CacheUse::kReuseOrRemember;
+  const bool remember =
+      cache == CacheUse::kRemember || cache == CacheUse::kReuseOrRemember;
   if (dense) {
+    if (const CheckCounts* cached = reuse ? FindCached(t, reuse_after) : nullptr) {
+      facts.counts = *cached;
+      g_reused.fetch_add(n, std::memory_order_relaxed);
+      return true;
+    }
+    g_scanned.fetch_add(n, std::memory_order_relaxed);
     // Order does not matter to the check: a dense tensor's elements are the
     // n values from its data pointer on, whatever its strides.
-    facts.counts = CheckHostBuffer(*format, t.data_ptr(), n, limits);
+    facts.counts = ScanDense(*format, t.data_ptr(), n, limits);
+    if (remember) RememberCounts(t, facts.counts);
   } else {
     QuietScope quiet;
+    g_scanned.fetch_add(n, std::memory_order_relaxed);
     const at::Tensor c = t.contiguous();
-    facts.counts = CheckHostBuffer(*format, c.data_ptr(), n, limits);
+    facts.counts = ScanDense(*format, c.data_ptr(), n, limits);
   }
   return true;
 }
 
 void CheckOutputs(const std::vector<c10::IValue>& outputs,
-                  const CheckLimits& limits, std::vector<TensorFacts>& facts,
+                  const CheckLimits& limits, CacheUse cache,
+                  uint64_t reuse_after, std::vector<TensorFacts>& facts,
                   std::vector<at::Tensor>& tensors) {
   for (const c10::IValue& v : outputs) {
     ForEachTensor(v, [&](const at::Tensor& t) {
       TensorFacts f;
-      if (CheckTensor(t, limits, f)) {
+      if (CheckTensor(t, limits, f, cache, reuse_after)) {
         facts.push_back(std::move(f));
         tensors.push_back(t);
       }
@@ -159,6 +286,18 @@ bool KnownNonFinite(const at::Tensor& t) {
   return g_nonfinite->contains(key);
 }
 
+std::vector<InputFacts> UnknownWrittenArgs(const OpTraits& traits) {
+  std::vector<InputFacts> result;
+  for (int index : traits.written_args) {
+    InputFacts f;
+    f.arg_index = index;
+    f.dtype = "?";
+    f.unknown_before = true;
+    result.push_back(f);
+  }
+  return result;
+}
+
 std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs,
                                          const OpTraits& traits,
                                          const CheckLimits& limits) {
@@ -169,7 +308,7 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
     f.arg_index = index;
     ForEachTensor(inputs[index], [&](const at::Tensor& t) {
       TensorFacts facts;
-      if (!CheckTensor(t, limits, facts)) return;
+      if (!CheckTensor(t, limits, facts, CacheUse::kReuse)) return;
       f.dtype = std::string(FormatName(facts.format));
       f.shape = facts.shape;
       f.checked = true;
@@ -180,6 +319,23 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
     if (f.checked) result.push_back(std::move(f));
   }
   return result;
+}
+
+void CarryNonFinite(const std::vector<c10::IValue>& inputs,
+                    const std::vector<c10::IValue>& outputs) {
+  if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return;
+  bool carried = false;
+  for (const c10::IValue& v : inputs) {
+    ForEachTensor(v, [&](const at::Tensor& t) {
+      carried = carried || (t.defined() && KnownNonFinite(t));
+    });
+  }
+  if (!carried) return;
+  for (const c10::IValue& v : outputs) {
+    ForEachTensor(v, [&](const at::Tensor& t) {
+      if (t.defined()) RememberChecked(t, /*nonfinite=*/true);
+    });
+  }
 }
 
 TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,

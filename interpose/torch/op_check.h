@@ -24,18 +24,57 @@ struct OpTraits {
   bool view = false;    // returns aliases of its inputs without writing
   bool random = false;  // takes a Generator: recomputing it would draw again
   bool uninitialised = false;  // outputs hold garbage by contract (empty)
+  bool copies_values = false;  // outputs are input values (core/op_policy)
+  bool fills_with_scalar = false;  // zeros, ones, fill_, full
+  // CompositeImplicitAutograd (linear, matmul): all its work is nested ops,
+  // each checked on its own, so its outputs are their outputs.
+  bool composite = false;
+  // Reuses results of its nested ops for its outputs: composite ops, and
+  // foreach ops, whose CPU implementation is a loop of per-tensor ops.
+  bool composed_of_nested_ops = false;
   std::optional<c10::OperatorHandle> handle;
 };
 const OpTraits& TraitsOf(const at::RecordFunction& fn);
 
+// How a check may use this thread's cache of recent results (op_check.cc).
+enum class CacheUse {
+  kNone,            // scan, remember nothing
+  kRemember,        // scan, and remember the result for later reuse
+  kReuse,           // reuse a result for the same memory in the same state
+  kReuseOrRemember  // both
+};
+
 // Checks a floating-point tensor in host memory. False for tensors the
 // check skips (other devices, layouts, integer dtypes).
+// With kReuse, only results remembered after `reuse_after` (a CacheMark)
+// are reused.
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
-                 TensorFacts& facts);
+                 TensorFacts& facts, CacheUse cache = CacheUse::kNone,
+                 uint64_t reuse_after = 0);
+
+// Increases with every result this thread remembers: an op that takes the
+// mark at its start can tell results of its own nested ops from older ones.
+uint64_t CacheMark();
+
+// Values scanned and values whose result was reused, over the process (for
+// the trace's metadata: what the check cost).
+struct ScanTotals {
+  int64_t scanned = 0, reused = 0;
+};
+ScanTotals GetScanTotals();
+
+// True when every floating-point tensor among `inputs` and `outputs` has the
+// same dtype (a copy that converts nothing).
+bool SameFloatingDtype(const std::vector<c10::IValue>& inputs,
+                       const std::vector<c10::IValue>& outputs);
+
+// True when a Python float or Scalar argument is NaN or infinite.
+bool HasNonFiniteScalar(const std::vector<c10::IValue>& inputs);
 
 // Checks every tensor among `outputs`; appends facts and the tensors.
 void CheckOutputs(const std::vector<c10::IValue>& outputs,
-                  const CheckLimits& limits, std::vector<TensorFacts>& facts,
+                  const CheckLimits& limits, CacheUse cache,
+                  uint64_t reuse_after, std::vector<TensorFacts>& facts,
                   std::vector<at::Tensor>& tensors);
 
 // Storages whose last check found non-finite values, so that a non-finite
@@ -44,12 +83,22 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs,
 void RememberChecked(const at::Tensor& t, bool nonfinite);
 bool KnownNonFinite(const at::Tensor& t);
 
+// For ops that are not checked because they only copy values: their
+// outputs are known non-finite when an input was. Cheap while nothing is
+// known non-finite.
+void CarryNonFinite(const std::vector<c10::IValue>& inputs,
+                    const std::vector<c10::IValue>& outputs);
+
 // Checks the arguments an in-place or out= op is about to overwrite, before
 // it runs: afterwards their old values are gone, and whether they were
 // finite decides between origin and propagation.
+// For top-level ops only (every earlier op has finished and been checked,
+// so remembered results are current): inside another op, the kernel may
+// have written the memory since; those ops get UnknownWrittenArgs instead.
 std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs,
                                          const OpTraits& traits,
                                          const CheckLimits& limits);
+std::vector<InputFacts> UnknownWrittenArgs(const OpTraits& traits);
 
 // The OpContext of one finished op.
 class TorchOpContext final : public OpContext {

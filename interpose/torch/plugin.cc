@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/op_policy.h"
 #include "interpose/torch/forward_ops.h"
@@ -39,6 +40,7 @@ struct Frame {
   bool contains_warning = false;  // a nested op already warned (near-max)
   std::vector<c10::IValue> inputs;   // ops; capacity reused across ops
   std::vector<InputFacts> written_before;  // in-place ops: args before
+  uint64_t cache_mark = 0;  // CacheMark() at the op's start
 };
 
 // Per-thread state. Frames are kept (with their vectors' capacity) above
@@ -102,12 +104,23 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // A view computes nothing: its output is memory an earlier op produced.
   // torch.empty's output is garbage by contract.
   if (traits.view || traits.uninitialised) return;
+  // Copies and scalar fills make no new values unless they convert a dtype
+  // or are given a non-finite scalar.
+  if (traits.copies_values && SameFloatingDtype(frame.inputs, fn.outputs())) {
+    CarryNonFinite(frame.inputs, fn.outputs());
+    return;
+  }
+  if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs)) return;
   Session* session = Session::Get();
   Monitor& monitor = session->monitor();
   ts.output_facts.clear();
   ts.output_tensors.clear();
-  CheckOutputs(fn.outputs(), monitor.limits(), ts.output_facts,
-               ts.output_tensors);
+  // Ops made of nested ops reuse what those found for the same memory
+  // (results remembered since this op began); all others scan.
+  CheckOutputs(fn.outputs(), monitor.limits(),
+               traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
+                                             : CacheUse::kRemember,
+               frame.cache_mark, ts.output_facts, ts.output_tensors);
   if (ts.output_facts.empty()) return;
 
   const char* top_op = nullptr;
@@ -179,14 +192,22 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           break;
         }
         f.kind = FrameKind::kOp;
+        f.cache_mark = CacheMark();
         const auto inputs = fn.inputs();
         f.inputs.assign(inputs.begin(), inputs.end());
         f.written_before.clear();
         const OpTraits& traits = TraitsOf(fn);
-        if (traits.writes && !traits.uninitialised) {
+        if (traits.writes && !traits.uninitialised &&
+            !traits.fills_with_scalar) {
           ts.busy = true;
-          f.written_before = CheckWrittenArgs(
-              inputs, traits, Session::Get()->monitor().limits());
+          bool nested = false;
+          for (size_t i = 0; i + 1 < ts.depth; ++i) {
+            nested |= ts.frames[i].kind == FrameKind::kOp;
+          }
+          f.written_before =
+              nested ? UnknownWrittenArgs(traits)
+                     : CheckWrittenArgs(inputs, traits,
+                                        Session::Get()->monitor().limits());
           ts.busy = false;
         }
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
@@ -240,6 +261,11 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
               std::string(session.status().message()).c_str());
       return 1;
     }
+    (*session)->set_on_finish([](TraceWriter& w) {
+      const ScanTotals totals = GetScanTotals();
+      w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
+      w.PutMeta("values_reused", absl::StrCat(totals.reused));
+    });
     // The torch package directory: frames under it are not the user's code.
     std::string lib_dir = TorchLibraryDir();
     g_torch_dir = new std::string(lib_dir.substr(0, lib_dir.rfind('/')));

@@ -175,6 +175,7 @@ void Session::Finish() {
   if (g_finished.exchange(true)) return;
   g_active.store(false);
   monitor_->FlushStep();
+  if (on_finish_) on_finish_(*writer_);
   writer_->PutMeta("ended", absl::StrCat(std::time(nullptr)));
   writer_->PutMeta("findings", absl::StrCat(monitor_->findings()));
   writer_->Close();

@@ -3,6 +3,7 @@
 // translation units stay small.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,12 +31,18 @@ class Session {
   // Final flush and the exit summary; idempotent. Registered with atexit.
   void Finish();
 
+  // Called by Finish() before the last commit, to add final metadata.
+  void set_on_finish(std::function<void(TraceWriter&)> fn) {
+    on_finish_ = std::move(fn);
+  }
+
  private:
   Session(Config config, std::unique_ptr<TraceWriter> writer);
 
   const Config config_;
   std::unique_ptr<TraceWriter> writer_;
   std::unique_ptr<Monitor> monitor_;
+  std::function<void(TraceWriter&)> on_finish_;
 };
 
 // False in a forked child and after Finish(): callbacks return at once.

@@ -1,0 +1,50 @@
+"""Runs bench/cpu_transformer.py in each mode, interleaved over a few rounds
+(so that drift of the machine hits every mode alike), and prints each mode's
+step time and its ratio to the plain run of the same invocation."""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIB = ROOT / "build" / "lib" / "libnanhunt.so"
+
+
+def run_mode(mode, steps, out_dir):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
+    if mode == "nanhunt":
+        env.update(LD_PRELOAD=str(LIB), NANHUNT_OUT=out_dir,
+                   NANHUNT_EXIT_SUMMARY="0", NANHUNT_QUIET="1")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_transformer.py"),
+                        "--mode", mode, "--steps", str(steps)],
+                       env=env, capture_output=True, text=True, check=True)
+    return float(r.stdout.split()[1])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=30)
+    args = p.parse_args()
+    modes = ["plain", "nanhunt", "anomaly"]
+    times = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as out_dir:
+        for _ in range(args.rounds):
+            for m in modes:
+                times[m].append(run_mode(m, args.steps, out_dir))
+    # Best of the rounds: the least disturbed run of each mode.
+    best = {m: min(t) for m, t in times.items()}
+    print(f"small transformer, CPU, {args.steps} steps x {args.rounds} rounds "
+          f"(median step, best round)")
+    print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
+    labels = {"plain": "plain", "nanhunt": "nanhunt (every op checked)",
+              "anomaly": "set_detect_anomaly(True)"}
+    for m in modes:
+        print(f"{labels[m]:<28}{best[m]:>10.1f}{best[m] / best['plain']:>9.2f}x")
+
+
+if __name__ == "__main__":
+    main()
