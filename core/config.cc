@@ -85,7 +85,7 @@ const Setting kSettings[] = {
        return ApplyNonEmpty("NANHUNT_OUT", v, c.out_dir);
      }},
     {{"NANHUNT_NEAR_MAX", "16376", "a number in (0, 65504]",
-      "|x| at or above which a finite value counts as near fp16's limit "
+      "magnitude at or above which a finite value counts as near fp16's limit "
       "(default: a quarter of 65504)"},
      [](absl::string_view v, Config& c) {
        return ApplyNumber("NANHUNT_NEAR_MAX", v, 1e-30, 65504.0, c.near_max);

@@ -20,7 +20,7 @@ constexpr char kUsage[] =
     "  nanhunt view [--json] [--all-runs] TRACE_OR_DIR...\n"
     "                                         summarise traces (a folder: its\n"
     "                                         newest run, or all with --all-runs)\n"
-    "  nanhunt settings                       list the NANHUNT_* settings\n";
+    "  nanhunt settings [--markdown]          list the NANHUNT_* settings\n";
 
 int TerminalWidth() {
   winsize ws{};
@@ -70,10 +70,21 @@ int View(const std::vector<std::string>& args) {
   return 0;
 }
 
-int Settings() {
+// The settings table; with --markdown, the README's table (a test keeps
+// the README equal to it).
+int Settings(const std::vector<std::string>& args) {
+  const bool markdown = !args.empty() && args[0] == "--markdown";
+  if (markdown) {
+    printf("| setting | default | allowed | meaning |\n|---|---|---|---|\n");
+  }
   for (const auto& s : nanhunt::AllSettings()) {
-    printf("%-30s default %s\n    %s\n    allowed: %s\n", s.name, s.fallback,
-           s.meaning, s.allowed);
+    if (markdown) {
+      printf("| `%s` | %s | %s | %s |\n", s.name, s.fallback, s.allowed,
+             s.meaning);
+    } else {
+      printf("%-30s default %s\n    %s\n    allowed: %s\n", s.name,
+             s.fallback, s.meaning, s.allowed);
+    }
   }
   return 0;
 }
@@ -110,7 +121,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "run") return Run(args);
   if (command == "view") return View(args);
-  if (command == "settings") return Settings();
+  if (command == "settings") return Settings(args);
   if (command == "-h" || command == "--help" || command == "help") {
     fputs(kUsage, stdout);
     return 0;

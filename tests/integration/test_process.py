@@ -125,3 +125,9 @@ def test_signals_sent_to_nanhunt_run_reach_the_command(out):
     wait_for_steps(proc, 5)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+
+
+def test_readme_configuration_table_is_the_generated_one():
+    table = run([NANHUNT, "settings", "--markdown"]).stdout
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert table in readme, "README's settings table is stale: paste `nanhunt settings --markdown`"
