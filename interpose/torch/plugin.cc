@@ -217,6 +217,8 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
     }
   } catch (const std::exception& e) {
     ReportInternalError("op start", e.what());
+  } catch (...) {
+    ReportInternalError("op start", "unknown exception");
   }
   return nullptr;
 }
@@ -242,6 +244,8 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
       }
     } catch (const std::exception& e) {
       ReportInternalError("op end", e.what());
+    } catch (...) {
+      ReportInternalError("op end", "unknown exception");
     }
     ts.busy = false;
   }
@@ -280,6 +284,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
   } catch (const std::exception& e) {
     fprintf(stderr, "nanhunt: cannot start (%s); monitoring is off.\n",
             e.what());
+    return 1;
+  } catch (...) {
+    fprintf(stderr, "nanhunt: cannot start; monitoring is off.\n");
     return 1;
   }
 }

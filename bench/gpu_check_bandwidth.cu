@@ -1,0 +1,86 @@
+// GPU check kernel speed: reads of a 256 MiB fp16 tensor per second, against
+// a device-to-device copy of the same tensor measured in the same run
+// (target: the check reaches 85% of the copy's read bandwidth), and the CPU
+// cost of enqueueing one check through the ring (target: at most 3 us).
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "cupti/check_kernel.h"
+#include "cupti/cuda_checks.h"
+
+using namespace nanhunt;
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device\n");
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const size_t bytes = 256u << 20;
+  const int64_t count = bytes / 2;
+  void *src = nullptr, *dst = nullptr;
+  CheckCounts* result = nullptr;
+  cudaMalloc(&src, bytes);
+  cudaMalloc(&dst, bytes);
+  cudaMalloc(&result, sizeof(CheckCounts));
+  cudaMemset(src, 0x3C, bytes);  // 0x3C3C: a finite fp16
+  const CheckLimits limits(16376.0);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const int reps = 20;
+  auto time_ms = [&](auto&& body) {
+    body();  // warm up
+    cudaEventRecord(a);
+    for (int i = 0; i < reps; ++i) body();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms / reps;
+  };
+  const float copy_ms = time_ms([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); });
+  const float check_ms = time_ms([&] {
+    cudaMemsetAsync(result, 0, sizeof(CheckCounts));
+    gpu::LaunchCheck(Format::kF16, src, count, limits, result, nullptr);
+  });
+  // A copy reads and writes `bytes`; the check only reads them. Compare
+  // read bandwidth: the copy's is bytes / time.
+  const double copy_read = bytes / (copy_ms * 1e-3) / 1e9;
+  const double check_read = bytes / (check_ms * 1e-3) / 1e9;
+
+  std::string error;
+  auto checks = gpu::CudaChecks::Create(0, 1024, &error);
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  gpu::DeviceTensor small;
+  small.format = Format::kF16;
+  small.data = src;
+  small.count = 4096;
+  double enqueue_us = 0;
+  {
+    CheckRing ring(checks.get(), [](const PendingCheck&, const CheckCounts&) {});
+    const int n = 512;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      ring.Enqueue(stream, nullptr, [&](int slot) {
+        return checks->Enqueue(slot, small, limits, stream, &error);
+      });
+    }
+    enqueue_us = std::chrono::duration<double, std::micro>(
+                     std::chrono::steady_clock::now() - t0).count() / n;
+    ring.DrainAll();
+  }
+  std::printf("device: %s\n", prop.name);
+  std::printf("%-44s %10s\n", "measure", "value");
+  std::printf("%-44s %9.1f\n", "d2d copy read bandwidth, GB/s", copy_read);
+  std::printf("%-44s %9.1f\n", "check kernel read bandwidth, GB/s (fp16)", check_read);
+  std::printf("%-44s %9.2f  (target >= 0.85)\n", "check / copy", check_read / copy_read);
+  std::printf("%-44s %9.2f  (target <= 3)\n", "enqueue one check (ring + kernel), us", enqueue_us);
+  return 0;
+}

@@ -1,0 +1,123 @@
+#include "core/check_ring.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include "absl/time/time.h"
+
+namespace nanhunt {
+
+CheckRing::CheckRing(DeviceChecks* device, Deliver deliver)
+    : device_(device), deliver_(std::move(deliver)) {
+  for (int i = device_->slots() - 1; i >= 0; --i) free_slots_.push_back(i);
+  // Like the trace writer: the thread takes none of the host's signals.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  thread_ = std::thread([this] { Run(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+CheckRing::~CheckRing() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+  DrainAll();
+}
+
+bool CheckRing::Enqueue(void* stream, std::shared_ptr<void> context,
+                        const std::function<bool(int slot)>& enqueue_device) {
+  int slot = -1;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!free_slots_.empty()) {
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+        break;
+      }
+      ++waits_;
+    }
+    // Full: wait for the oldest result and deliver it; never drop one.
+    absl::MutexLock deliver_lock(&deliver_mu_);
+    DeliverHead(/*block=*/true);
+  }
+  if (!enqueue_device(slot)) {
+    absl::MutexLock lock(&mu_);
+    free_slots_.push_back(slot);
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  PendingCheck check;
+  check.sequence = next_sequence_++;
+  check.stream = stream;
+  check.context = std::move(context);
+  queue_.push_back(Entry{slot, std::move(check)});
+  return true;
+}
+
+bool CheckRing::DeliverHead(bool block) {
+  Entry head;
+  {
+    absl::MutexLock lock(&mu_);
+    if (queue_.empty()) return false;
+    head = queue_.front();
+  }
+  CheckCounts counts;
+  if (block) {
+    device_->Wait(head.slot, &counts);
+  } else if (!device_->Poll(head.slot, &counts)) {
+    return false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    queue_.pop_front();
+  }
+  deliver_(head.check, counts);
+  absl::MutexLock lock(&mu_);
+  free_slots_.push_back(head.slot);
+  return true;
+}
+
+void CheckRing::DrainReady() {
+  absl::MutexLock deliver_lock(&deliver_mu_);
+  while (DeliverHead(/*block=*/false)) {
+  }
+}
+
+void CheckRing::DrainAll() {
+  absl::MutexLock deliver_lock(&deliver_mu_);
+  while (DeliverHead(/*block=*/true)) {
+  }
+}
+
+int64_t CheckRing::waits() const {
+  absl::MutexLock lock(&mu_);
+  return waits_;
+}
+
+int64_t CheckRing::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+void CheckRing::Run() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Sleep until there is something to drain or we stop; poll the
+      // device every 200 microseconds while results are outstanding.
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queue_.empty() || stopping_;
+      };
+      mu_.Await(absl::Condition(&work));
+      if (stopping_) return;
+    }
+    DrainReady();
+    absl::SleepFor(absl::Microseconds(200));
+  }
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,99 @@
+// Host side of asynchronous (GPU) checks: a fixed ring of result slots,
+// each filled by the device in stream order, drained in enqueue order by a
+// background thread into a consumer (the Monitor). No host-device sync per
+// op: the op's thread only enqueues.
+//
+// Full ring policy (documented in the README): when every slot is in
+// flight, the enqueuing thread waits for the oldest slot, delivers it, and
+// reuses it; results are never dropped. Each wait is counted (waits()) and
+// goes into the trace.
+//
+// The device is behind DeviceChecks so that this logic is tested without a
+// GPU (tests/unit/check_ring_test.cc) and shared by the CUDA build.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "core/check_semantics.h"
+
+namespace nanhunt {
+
+// What the ring needs from the device. Slots are numbered 0..slots()-1;
+// the ring never reuses a slot before its result was taken. Enqueueing a
+// check into a slot is the caller's business (it knows the tensor): see
+// CheckRing::Enqueue.
+class DeviceChecks {
+ public:
+  virtual ~DeviceChecks() = default;
+  virtual int slots() const = 0;
+  // The result, if the device has finished the slot. Never blocks.
+  virtual bool Poll(int slot, CheckCounts* result) = 0;
+  // Blocks until the slot is finished.
+  virtual void Wait(int slot, CheckCounts* result) = 0;
+};
+
+// What a finished check is delivered with: whatever the caller attached
+// when it enqueued (op name, phase, step, shapes...), opaque to the ring.
+struct PendingCheck {
+  uint64_t sequence = 0;  // enqueue order, from 1
+  void* stream = nullptr;
+  std::shared_ptr<void> context;
+};
+
+class CheckRing {
+ public:
+  using Deliver = std::function<void(const PendingCheck&, const CheckCounts&)>;
+
+  // `deliver` runs on the drain thread (or on an enqueuing thread that had
+  // to wait), one result at a time, in enqueue order.
+  CheckRing(DeviceChecks* device, Deliver deliver);
+  ~CheckRing();  // drains everything, then stops the thread
+
+  // Enqueues one check. `enqueue_device` is called with the slot to use and
+  // enqueues, on `stream`, the zeroing of the slot, the check kernel and the
+  // copy of the result to host-visible memory. Returns false when that
+  // failed (nothing pending was added; the slot is free again).
+  bool Enqueue(void* stream, std::shared_ptr<void> context,
+               const std::function<bool(int slot)>& enqueue_device);
+
+  // Delivers every finished result at the head of the queue. Never blocks
+  // on the device. Called by the drain thread; callable by tests.
+  void DrainReady();
+  // Waits for and delivers everything enqueued so far.
+  void DrainAll();
+
+  int64_t waits() const;     // times a full ring made a thread wait
+  int64_t in_flight() const;
+
+ private:
+  struct Entry {
+    int slot;
+    PendingCheck check;
+  };
+  void Run();
+  // Delivers the head entry; `block`: wait for the device if unfinished.
+  bool DeliverHead(bool block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_);
+
+  DeviceChecks* const device_;
+  const Deliver deliver_;
+
+  mutable absl::Mutex mu_;  // guards the queue and free slots
+  std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> free_slots_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t waits_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Serialises delivery so results reach the consumer in order.
+  absl::Mutex deliver_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::thread thread_;
+};
+
+}  // namespace nanhunt

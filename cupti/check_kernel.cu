@@ -1,0 +1,173 @@
+// The check kernels. Every value goes through AccumulateValue<F> from
+// core/check_semantics.h, the function the CPU tests pin down.
+//
+// Shape of the dense kernel: 16-byte vector loads over the aligned body,
+// grid-stride; the unaligned head and the tail (fewer than one vector) are
+// done value by value; per-thread counts are reduced with warp shuffles,
+// then across warps in shared memory, then one set of atomics per block.
+#include <cuda_runtime.h>
+
+#include "cupti/check_kernel.h"
+
+namespace nanhunt::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+__device__ __forceinline__ void WarpReduce(CheckCounts& c) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    c.elements += __shfl_down_sync(0xffffffffu, c.elements, offset);
+    c.nan += __shfl_down_sync(0xffffffffu, c.nan, offset);
+    c.posinf += __shfl_down_sync(0xffffffffu, c.posinf, offset);
+    c.neginf += __shfl_down_sync(0xffffffffu, c.neginf, offset);
+    c.near_max += __shfl_down_sync(0xffffffffu, c.near_max, offset);
+    c.underflow += __shfl_down_sync(0xffffffffu, c.underflow, offset);
+    c.fp16_overflow += __shfl_down_sync(0xffffffffu, c.fp16_overflow, offset);
+    const unsigned long long m =
+        __shfl_down_sync(0xffffffffu, c.max_abs_bits, offset);
+    c.max_abs_bits = m > c.max_abs_bits ? m : c.max_abs_bits;
+  }
+}
+
+// Folds each thread's counts into `out` with one set of atomics per block.
+__device__ void BlockReduceAndPublish(CheckCounts c, CheckCounts* out) {
+  __shared__ CheckCounts warp_counts[kWarps];
+  WarpReduce(c);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_counts[warp] = c;
+  __syncthreads();
+  if (warp != 0) return;
+  c = lane < kWarps ? warp_counts[lane] : CheckCounts{};
+  WarpReduce(c);
+  if (lane != 0 || c.elements == 0) return;
+  atomicAdd(&out->elements, c.elements);
+  if (c.nan) atomicAdd(&out->nan, c.nan);
+  if (c.posinf) atomicAdd(&out->posinf, c.posinf);
+  if (c.neginf) atomicAdd(&out->neginf, c.neginf);
+  if (c.near_max) atomicAdd(&out->near_max, c.near_max);
+  if (c.underflow) atomicAdd(&out->underflow, c.underflow);
+  if (c.fp16_overflow) atomicAdd(&out->fp16_overflow, c.fp16_overflow);
+  atomicMax(&out->max_abs_bits, c.max_abs_bits);
+}
+
+template <Format F>
+__global__ void __launch_bounds__(kThreads)
+    DenseCheck(const typename FormatBits<F>::Bits* data, int64_t count,
+               int64_t head, Thresholds<typename FormatBits<F>::Bits> t,
+               CheckCounts* out) {
+  using Bits = typename FormatBits<F>::Bits;
+  constexpr int kPerVector = 16 / sizeof(Bits);
+  CheckCounts c;
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  // Head: values before the first 16-byte boundary.
+  if (tid < head) AccumulateValue<F>(data[tid], t, c);
+  // Body: whole 16-byte vectors.
+  const int64_t vectors = (count - head) / kPerVector;
+  const uint4* body = reinterpret_cast<const uint4*>(data + head);
+  for (int64_t v = tid; v < vectors; v += stride) {
+    union {
+      uint4 raw;
+      Bits values[kPerVector];
+    } u;
+    u.raw = __ldg(body + v);
+#pragma unroll
+    for (int k = 0; k < kPerVector; ++k) AccumulateValue<F>(u.values[k], t, c);
+  }
+  // Tail: fewer values than one vector.
+  const int64_t tail_start = head + vectors * kPerVector;
+  if (tail_start + tid < count) {
+    AccumulateValue<F>(data[tail_start + tid], t, c);
+  }
+  BlockReduceAndPublish(c, out);
+}
+
+template <Format F>
+__global__ void __launch_bounds__(kThreads)
+    StridedCheck(const typename FormatBits<F>::Bits* data, int64_t count,
+                 StridedLayout layout, Thresholds<typename FormatBits<F>::Bits> t,
+                 CheckCounts* out) {
+  CheckCounts c;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < count; i += stride) {
+    int64_t rest = i, offset = 0;
+    for (int d = layout.dims - 1; d >= 0; --d) {
+      offset += (rest % layout.sizes[d]) * layout.strides[d];
+      rest /= layout.sizes[d];
+    }
+    AccumulateValue<F>(data[offset], t, c);
+  }
+  BlockReduceAndPublish(c, out);
+}
+
+int BlocksFor(int64_t work) {
+  // Enough blocks to fill the device several times over; the grid-stride
+  // loop covers the rest. 1024 blocks of 256 threads saturate an H100/H200.
+  const int64_t blocks = (work + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > 1024 ? 1024 : blocks));
+}
+
+template <Format F>
+int LaunchDense(const void* data, int64_t count, const CheckLimits& limits,
+                CheckCounts* result, cudaStream_t stream) {
+  using Bits = typename FormatBits<F>::Bits;
+  constexpr int64_t kPerVector = 16 / sizeof(Bits);
+  const auto* p = static_cast<const Bits*>(data);
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(p) % 16;
+  int64_t head = misalign == 0 ? 0 : (16 - misalign) / sizeof(Bits);
+  if (head > count) head = count;
+  // The head is done by the first `head` threads: at most kPerVector - 1.
+  const int64_t work = (count - head) / kPerVector + kPerVector;
+  DenseCheck<F><<<BlocksFor(work), kThreads, 0, stream>>>(
+      p, count, head, limits.For<F>(), result);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <Format F>
+int LaunchStrided(const void* data, const StridedLayout& layout,
+                  const CheckLimits& limits, CheckCounts* result,
+                  cudaStream_t stream) {
+  using Bits = typename FormatBits<F>::Bits;
+  int64_t count = 1;
+  for (int d = 0; d < layout.dims; ++d) count *= layout.sizes[d];
+  if (count == 0) return 0;
+  StridedCheck<F><<<BlocksFor(count), kThreads, 0, stream>>>(
+      static_cast<const Bits*>(data), count, layout, limits.For<F>(), result);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int LaunchCheck(Format format, const void* data, int64_t count,
+                const CheckLimits& limits, CheckCounts* result, void* stream) {
+  if (count <= 0) return 0;
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (format) {
+    case Format::kF16: return LaunchDense<Format::kF16>(data, count, limits, result, s);
+    case Format::kBF16: return LaunchDense<Format::kBF16>(data, count, limits, result, s);
+    case Format::kF32: return LaunchDense<Format::kF32>(data, count, limits, result, s);
+    case Format::kF64: return LaunchDense<Format::kF64>(data, count, limits, result, s);
+    case Format::kF8E4M3FN: return LaunchDense<Format::kF8E4M3FN>(data, count, limits, result, s);
+    case Format::kF8E5M2: return LaunchDense<Format::kF8E5M2>(data, count, limits, result, s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+int LaunchCheckStrided(Format format, const void* data,
+                       const StridedLayout& layout, const CheckLimits& limits,
+                       CheckCounts* result, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (format) {
+    case Format::kF16: return LaunchStrided<Format::kF16>(data, layout, limits, result, s);
+    case Format::kBF16: return LaunchStrided<Format::kBF16>(data, layout, limits, result, s);
+    case Format::kF32: return LaunchStrided<Format::kF32>(data, layout, limits, result, s);
+    case Format::kF64: return LaunchStrided<Format::kF64>(data, layout, limits, result, s);
+    case Format::kF8E4M3FN: return LaunchStrided<Format::kF8E4M3FN>(data, layout, limits, result, s);
+    case Format::kF8E5M2: return LaunchStrided<Format::kF8E5M2>(data, layout, limits, result, s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace nanhunt::gpu

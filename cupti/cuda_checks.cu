@@ -1,0 +1,103 @@
+#include "cupti/cuda_checks.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace nanhunt::gpu {
+namespace {
+
+bool Ok(cudaError_t e, const char* call, std::string* error) {
+  if (e == cudaSuccess) return true;
+  if (error != nullptr) {
+    *error = absl::StrCat(call, ": ", cudaGetErrorString(e));
+  }
+  return false;
+}
+
+cudaEvent_t Event(void** events, int slot) {
+  return static_cast<cudaEvent_t>(events[slot]);
+}
+
+}  // namespace
+
+CudaChecks::CudaChecks(int device, int slots) : device_(device), slots_(slots) {}
+
+std::unique_ptr<CudaChecks> CudaChecks::Create(int device, int slots,
+                                               std::string* error) {
+  std::unique_ptr<CudaChecks> c(new CudaChecks(device, slots));
+  if (!Ok(cudaSetDevice(device), "cudaSetDevice", error)) return nullptr;
+  if (!Ok(cudaMalloc(&c->device_slots_, sizeof(CheckCounts) * slots),
+          "cudaMalloc", error) ||
+      !Ok(cudaHostAlloc(reinterpret_cast<void**>(&c->host_slots_),
+                        sizeof(CheckCounts) * slots, cudaHostAllocDefault),
+          "cudaHostAlloc", error)) {
+    return nullptr;
+  }
+  c->events_ = new void*[slots]();
+  for (int i = 0; i < slots; ++i) {
+    cudaEvent_t e;
+    if (!Ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+            "cudaEventCreate", error)) {
+      return nullptr;
+    }
+    c->events_[i] = e;
+  }
+  return c;
+}
+
+CudaChecks::~CudaChecks() {
+  if (events_ != nullptr) {
+    for (int i = 0; i < slots_; ++i) {
+      if (events_[i]) cudaEventDestroy(Event(events_, i));
+    }
+    delete[] events_;
+  }
+  cudaFreeHost(host_slots_);
+  cudaFree(device_slots_);
+}
+
+bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
+                         const CheckLimits& limits, void* stream,
+                         std::string* error) {
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (!Ok(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing", error)) {
+    return false;
+  }
+  if (capture != cudaStreamCaptureStatusNone) {
+    *error = "stream is capturing a CUDA graph";
+    return false;
+  }
+  CheckCounts* d = device_slots_ + slot;
+  if (!Ok(cudaMemsetAsync(d, 0, sizeof(CheckCounts), s), "cudaMemsetAsync", error)) {
+    return false;
+  }
+  const int launch =
+      tensor.dense
+          ? LaunchCheck(tensor.format, tensor.data, tensor.count, limits, d, s)
+          : LaunchCheckStrided(tensor.format, tensor.data, tensor.layout, limits,
+                               d, s);
+  if (!Ok(static_cast<cudaError_t>(launch), "check kernel launch", error)) {
+    return false;
+  }
+  return Ok(cudaMemcpyAsync(host_slots_ + slot, d, sizeof(CheckCounts),
+                            cudaMemcpyDeviceToHost, s),
+            "cudaMemcpyAsync", error) &&
+         Ok(cudaEventRecord(Event(events_, slot), s), "cudaEventRecord", error);
+}
+
+bool CudaChecks::Poll(int slot, CheckCounts* result) {
+  if (cudaEventQuery(Event(events_, slot)) != cudaSuccess) return false;
+  std::memcpy(result, host_slots_ + slot, sizeof(CheckCounts));
+  return true;
+}
+
+void CudaChecks::Wait(int slot, CheckCounts* result) {
+  cudaEventSynchronize(Event(events_, slot));
+  std::memcpy(result, host_slots_ + slot, sizeof(CheckCounts));
+}
+
+}  // namespace nanhunt::gpu

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# GPU check, on a machine with an NVIDIA GPU: builds nanhunt against that
+# machine's torch and CUDA toolkit, runs the GPU tests (each check kernel
+# against the CPU check, on random and edge-value tensors of every format,
+# odd sizes, unaligned starts, strided views; the result ring; CUDA graph
+# capture left intact), then the kernel benchmark, and prints a short table
+# last. Debian packages that machine lacks come from .gpu-deps/ (made here
+# by scripts/gpu-deps.sh). Runs in a few minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${NANHUNT_PYTHON:-python3}
+build=${NANHUNT_GPU_BUILD:-build-gpu}
+
+prefix=""
+if ls .gpu-deps/*.deb >/dev/null 2>&1; then
+  prefix=$PWD/.gpu-deps/root
+  mkdir -p "$prefix"
+  for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+  export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+"$python" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PYTHON="$python" \
+  ${prefix:+-DCMAKE_PREFIX_PATH=$prefix/usr -DCMAKE_INCLUDE_PATH=$prefix/usr/include -DCMAKE_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu} \
+  -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
+cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests
+
+echo "== GPU tests"
+"$build"/bin/nanhunt_gpu_tests --gtest_brief=1
+echo "== unit tests (CPU)"
+"$build"/bin/nanhunt_unit_tests --gtest_brief=1
+echo "== check kernel benchmark"
+"$build"/bin/gpu_check_bandwidth

@@ -1,0 +1,141 @@
+// The asynchronous check ring, with a fake device whose slots finish when
+// the test says so: order of delivery, the full-ring policy, refusals.
+#include "core/check_ring.h"
+
+#include <atomic>
+#include <map>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace nanhunt {
+namespace {
+
+class FakeDevice : public DeviceChecks {
+ public:
+  explicit FakeDevice(int slots) : slots_(slots) {}
+  int slots() const override { return slots_; }
+  bool Enqueue(int slot) {
+    absl::MutexLock lock(&mu_);
+    done_[slot] = false;
+    elements_[slot] = next_elements_++;
+    return true;
+  }
+  bool Poll(int slot, CheckCounts* result) override {
+    absl::MutexLock lock(&mu_);
+    if (!done_[slot]) return false;
+    result->elements = elements_[slot];
+    return true;
+  }
+  void Wait(int slot, CheckCounts* result) override {
+    absl::MutexLock lock(&mu_);
+    ++blocking_waits_;
+    done_[slot] = true;  // the device finishes it while we wait
+    result->elements = elements_[slot];
+  }
+  void Finish(int slot) {
+    absl::MutexLock lock(&mu_);
+    done_[slot] = true;
+  }
+  void FinishAll() {
+    absl::MutexLock lock(&mu_);
+    for (auto& [slot, done] : done_) done = true;
+  }
+  int blocking_waits() {
+    absl::MutexLock lock(&mu_);
+    return blocking_waits_;
+  }
+
+ private:
+  const int slots_;
+  absl::Mutex mu_;
+  std::map<int, bool> done_;
+  std::map<int, uint64_t> elements_;
+  uint64_t next_elements_ = 100;
+  int blocking_waits_ = 0;
+};
+
+struct Delivered {
+  absl::Mutex mu;
+  std::vector<uint64_t> sequences;
+  std::vector<uint64_t> elements;
+};
+
+std::unique_ptr<CheckRing> MakeRing(FakeDevice& device, Delivered& out) {
+  return std::make_unique<CheckRing>(
+      &device, [&out](const PendingCheck& check, const CheckCounts& counts) {
+        absl::MutexLock lock(&out.mu);
+        out.sequences.push_back(check.sequence);
+        out.elements.push_back(counts.elements);
+      });
+}
+
+bool Enqueue(CheckRing& ring, FakeDevice& device) {
+  return ring.Enqueue(nullptr, nullptr,
+                      [&](int slot) { return device.Enqueue(slot); });
+}
+
+TEST(CheckRing, ResultsArriveInEnqueueOrderEvenWhenTheDeviceFinishesOutOfOrder) {
+  FakeDevice device(8);
+  Delivered out;
+  auto ring = MakeRing(device, out);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Enqueue(*ring, device));
+  device.Finish(6);  // slots are handed out from 0; the third is slot 2
+  device.Finish(2);
+  ring->DrainReady();
+  {
+    absl::MutexLock lock(&out.mu);
+    EXPECT_TRUE(out.sequences.empty()) << "the first is not finished yet";
+  }
+  device.FinishAll();
+  ring->DrainAll();
+  absl::MutexLock lock(&out.mu);
+  EXPECT_EQ(out.sequences, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(out.elements, (std::vector<uint64_t>{100, 101, 102}));
+}
+
+TEST(CheckRing, FullRingWaitsForTheOldestAndNeverDropsAResult) {
+  FakeDevice device(2);
+  Delivered out;
+  auto ring = MakeRing(device, out);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Enqueue(*ring, device));
+  EXPECT_GE(ring->waits(), 3);
+  EXPECT_GE(device.blocking_waits(), 3);
+  device.FinishAll();
+  ring->DrainAll();
+  absl::MutexLock lock(&out.mu);
+  EXPECT_EQ(out.sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+}
+
+TEST(CheckRing, BackgroundThreadDeliversWithoutBeingAsked) {
+  FakeDevice device(4);
+  Delivered out;
+  auto ring = MakeRing(device, out);
+  ASSERT_TRUE(Enqueue(*ring, device));
+  device.FinishAll();
+  for (int i = 0; i < 500; ++i) {
+    {
+      absl::MutexLock lock(&out.mu);
+      if (!out.sequences.empty()) break;
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  absl::MutexLock lock(&out.mu);
+  EXPECT_EQ(out.sequences.size(), 1u);
+}
+
+TEST(CheckRing, RefusedEnqueueLeavesNothingPendingAndFreesTheSlot) {
+  FakeDevice device(1);
+  Delivered out;
+  auto ring = MakeRing(device, out);
+  EXPECT_FALSE(ring->Enqueue(nullptr, nullptr, [](int) { return false; }));
+  EXPECT_EQ(ring->in_flight(), 0);
+  ASSERT_TRUE(Enqueue(*ring, device));  // the slot is usable again
+  device.FinishAll();
+  ring->DrainAll();
+  EXPECT_EQ(ring->waits(), 0);
+}
+
+}  // namespace
+}  // namespace nanhunt
