@@ -1,21 +1,14 @@
 #include "core/check_ring.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include "absl/time/time.h"
+#include "core/quiet_thread.h"
 
 namespace nanhunt {
 
 CheckRing::CheckRing(DeviceChecks* device, Deliver deliver)
     : device_(device), deliver_(std::move(deliver)) {
   for (int i = device_->slots() - 1; i >= 0; --i) free_slots_.push_back(i);
-  // Like the trace writer: the thread takes none of the host's signals.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this] { Run(); });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  thread_ = StartQuietThread([this] { Run(); });
 }
 
 CheckRing::~CheckRing() {

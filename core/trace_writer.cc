@@ -1,10 +1,8 @@
 #include "core/trace_writer.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/quiet_thread.h"
 #include "core/trace_schema.h"
 
 namespace nanhunt {
@@ -70,14 +68,7 @@ TraceWriter::TraceWriter(std::string path, sqlite3* db,
                      &step_stmt_, nullptr);
   sqlite3_prepare_v2(db_, "INSERT INTO events VALUES(?,?,?)", -1,
                      &event_stmt_, nullptr);
-  // The thread must not take any of the host's signals (a SIGINT meant for
-  // Python's main thread, say): block them all while it is created, so it
-  // inherits a full mask, then restore ours.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this] { Run(); });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  thread_ = StartQuietThread([this] { Run(); });
 }
 
 TraceWriter::~TraceWriter() {

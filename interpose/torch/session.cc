@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "core/quiet_thread.h"
 #include "core/trace_schema.h"
 
 namespace nanhunt {
@@ -106,11 +107,7 @@ void InstallTerminationFlush() {
   action.sa_handler = OnTerminate;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  std::thread(WatchForTermination).detach();
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  StartQuietThread(WatchForTermination).detach();
 }
 
 }  // namespace

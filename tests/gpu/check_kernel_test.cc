@@ -11,6 +11,7 @@
 #include "cupti/check_kernel.h"
 #include "cupti/cuda_checks.h"
 #include "gtest/gtest.h"
+#include "tests/expect_counts.h"
 
 namespace nanhunt::gpu {
 namespace {
@@ -24,17 +25,6 @@ bool HaveGpu() {
 
 #define REQUIRE_GPU() \
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device"
-
-void ExpectSame(const CheckCounts& gpu, const CheckCounts& cpu, const char* what) {
-  EXPECT_EQ(gpu.elements, cpu.elements) << what;
-  EXPECT_EQ(gpu.nan, cpu.nan) << what;
-  EXPECT_EQ(gpu.posinf, cpu.posinf) << what;
-  EXPECT_EQ(gpu.neginf, cpu.neginf) << what;
-  EXPECT_EQ(gpu.near_max, cpu.near_max) << what;
-  EXPECT_EQ(gpu.underflow, cpu.underflow) << what;
-  EXPECT_EQ(gpu.fp16_overflow, cpu.fp16_overflow) << what;
-  EXPECT_EQ(gpu.max_abs_bits, cpu.max_abs_bits) << what;
-}
 
 template <class Bits>
 std::vector<Bits> RandomBits(size_t n, std::mt19937_64& rng) {
@@ -70,7 +60,7 @@ void CompareFormat(Format f) {
       const CheckCounts cpu = CheckHostBuffer(f, v.data() + offset, n, kLimits);
       const CheckCounts gpu = RunDense(f, v.data(), v.size() * sizeof(Bits), offset,
                                        sizeof(Bits), static_cast<int64_t>(n));
-      ExpectSame(gpu, cpu, FormatName(f).data());
+      ExpectSameCounts(gpu, cpu, std::string(FormatName(f)));
     }
   }
 }
@@ -90,7 +80,7 @@ TEST(GpuCheck, EdgeValuesOfFp16) {
   const std::vector<uint16_t> v = {0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0xFE01,
                                    0x0001, 0x0400, 0x8000, 0x0000, 0x6FFF};
   const CheckCounts cpu = CheckHostBuffer(Format::kF16, v.data(), v.size(), kLimits);
-  ExpectSame(RunDense(Format::kF16, v.data(), v.size() * 2, 0, 2, v.size()), cpu, "edges");
+  ExpectSameCounts(RunDense(Format::kF16, v.data(), v.size() * 2, 0, 2, v.size()), cpu, "edges");
   EXPECT_EQ(cpu.nan, 3u);
 }
 

@@ -10,6 +10,7 @@
 #include "core/check_semantics.h"
 #include "core/cpu_check.h"
 #include "gtest/gtest.h"
+#include "tests/expect_counts.h"
 
 namespace nanhunt {
 namespace {
@@ -137,14 +138,7 @@ void ExpectCpuCheckMatchesSemantics(size_t n, std::mt19937_64& rng) {
   CheckCounts expected;
   for (Bits b : data) AccumulateValue<F>(b, kLimits.For<F>(), expected);
   const CheckCounts got = CheckHostBuffer(F, data.data(), static_cast<int64_t>(n), kLimits);
-  EXPECT_EQ(got.elements, expected.elements);
-  EXPECT_EQ(got.nan, expected.nan) << n;
-  EXPECT_EQ(got.posinf, expected.posinf) << n;
-  EXPECT_EQ(got.neginf, expected.neginf) << n;
-  EXPECT_EQ(got.near_max, expected.near_max) << n;
-  EXPECT_EQ(got.underflow, expected.underflow) << n;
-  EXPECT_EQ(got.fp16_overflow, expected.fp16_overflow) << n;
-  EXPECT_EQ(got.max_abs_bits, expected.max_abs_bits) << n;
+  ExpectSameCounts(got, expected, "n=" + std::to_string(n));
 }
 
 TEST(CpuCheck, MatchesPerValueSemanticsForEverySizeAndFormat) {
