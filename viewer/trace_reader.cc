@@ -155,6 +155,14 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": not a readable nanhunt trace (", t.problems.front(), ")"));
   }
+  if (auto it = t.meta.find("outputs_unchecked");
+      it != t.meta.end() && it->second != "0") {
+    auto reason = t.meta.find("unchecked_reason");
+    t.problems.push_back(absl::StrCat(
+        it->second, " floating-point op outputs were not checked",
+        reason != t.meta.end() ? " (" + reason->second + ")" : std::string(),
+        ": \"all finite\" covers only what was checked"));
+  }
   if (t.meta.count("ended") == 0) {
     t.problems.push_back(
         "the process did not finish cleanly (killed, crashed, or still "

@@ -107,6 +107,8 @@ void RememberCounts(const at::Tensor& t, const CheckCounts& counts) {
 
 std::atomic<int64_t> g_scanned{0};
 std::atomic<int64_t> g_reused{0};
+std::atomic<int64_t> g_unchecked{0};
+std::atomic<unsigned> g_unchecked_devices{0};
 
 // Large tensors are scanned by torch's own intra-op threads, which sit idle
 // between ops: the scan then costs the training thread a fraction.
@@ -138,7 +140,10 @@ CheckCounts ScanDense(Format format, const void* data, int64_t n,
 
 uint64_t CacheMark() { return t_mark; }
 
-ScanTotals GetScanTotals() { return {g_scanned.load(), g_reused.load()}; }
+ScanTotals GetScanTotals() {
+  return {g_scanned.load(), g_reused.load(), g_unchecked.load(),
+          g_unchecked_devices.load() != 0};
+}
 
 bool SameFloatingDtype(const std::vector<c10::IValue>& inputs,
                        const std::vector<c10::IValue>& outputs) {
@@ -207,12 +212,17 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
 
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
                  TensorFacts& facts, CacheUse cache, uint64_t reuse_after) {
-  if (!t.defined() || t.layout() != at::kStrided || !t.device().is_cpu() ||
-      !t.has_storage()) {
-    return false;
-  }
+  if (!t.defined()) return false;
   const auto format = torch_compat::FormatOf(t.scalar_type());
   if (!format) return false;
+  if (t.layout() != at::kStrided || !t.device().is_cpu() || !t.has_storage()) {
+    // A floating-point output the check cannot see yet (CUDA without the
+    // GPU path, sparse, meta...): counted, so that no report claims "all
+    // finite" about values nobody looked at.
+    g_unchecked.fetch_add(1, std::memory_order_relaxed);
+    if (t.is_cuda()) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
+    return false;
+  }
   facts.format = *format;
   facts.shape = ShapeOf(t);
   const int64_t n = t.numel();

@@ -60,6 +60,8 @@ uint64_t CacheMark();
 // the trace's metadata: what the check cost).
 struct ScanTotals {
   int64_t scanned = 0, reused = 0;
+  int64_t unchecked = 0;        // floating outputs the check could not see
+  bool unchecked_on_device = false;  // some of them on a GPU
 };
 ScanTotals GetScanTotals();
 

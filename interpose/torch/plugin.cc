@@ -269,6 +269,20 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       const ScanTotals totals = GetScanTotals();
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
+      w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));
+      if (totals.unchecked > 0 && !totals.unchecked_on_device) {
+        w.PutMeta("unchecked_reason",
+                  "sparse, meta or other non-CPU tensors the check does not read");
+      }
+      if (totals.unchecked_on_device) {
+        fprintf(stderr,
+                "nanhunt: %lld floating-point op outputs lived on a GPU and "
+                "were NOT checked: this build has no GPU path yet. Findings "
+                "cover CPU tensors only.\n",
+                static_cast<long long>(totals.unchecked));
+        w.PutMeta("unchecked_reason",
+                  "outputs on a GPU: this build has no GPU path yet");
+      }
     });
     // The torch package directory: frames under it are not the user's code.
     std::string lib_dir = TorchLibraryDir();

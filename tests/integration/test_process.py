@@ -131,3 +131,12 @@ def test_readme_configuration_table_is_the_generated_one():
     table = run([NANHUNT, "settings", "--markdown"]).stdout
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert table in readme, "README's settings table is stale: paste `nanhunt settings --markdown`"
+
+
+def test_outputs_the_check_cannot_read_are_counted_not_called_finite(out, tmp_path):
+    script = tmp_path / "meta.py"
+    script.write_text("import torch\nx = torch.randn(4, 4).to('meta')\nprint((x @ x).shape)\n")
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    assert any("were not checked" in p for p in report["problems"]), report["problems"]
