@@ -125,6 +125,25 @@ const Setting kSettings[] = {
      [](absl::string_view v, Config& c) {
        return ApplyBool("NANHUNT_QUIET", v, c.quiet);
      }},
+    {{"NANHUNT_ON_NONFINITE", "continue", "continue, raise, abort",
+      "at the first op that turns finite inputs into inf/NaN (or the first "
+      "non-finite input): go on; raise a catchable FloatingPointError in "
+      "the Python thread (abort in a C++ program); or abort the process"},
+     [](absl::string_view v, Config& c) {
+       const std::string s = absl::AsciiStrToLower(v);
+       if (s == "continue") c.on_nonfinite = OnNonFinite::kContinue;
+       else if (s == "raise") c.on_nonfinite = OnNonFinite::kRaise;
+       else if (s == "abort") c.on_nonfinite = OnNonFinite::kAbort;
+       else return Invalid(Info("NANHUNT_ON_NONFINITE"), v);
+       return absl::OkStatus();
+     }},
+    {{"NANHUNT_SNAPSHOT_DIR", "(none)", "a directory path (created, mode 0700)",
+      "with raise or abort: first save the offending op's inputs and "
+      "arguments there (torch.load reads it; mode 0600: it holds training "
+      "data); `nanhunt replay` re-runs it"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNonEmpty("NANHUNT_SNAPSHOT_DIR", v, c.snapshot_dir);
+     }},
     {{"NANHUNT_TORCH_PLUGIN", "(next to libnanhunt.so)",
       "path to a libnanhunt_torch.so",
       "the torch plugin to load; must be built against the torch in use"},
@@ -142,6 +161,12 @@ const Setting kSettings[] = {
        if (!ok) return Invalid(Info("NANHUNT_RUN_ID"), v);
        c.run_id = std::string(v);
        return absl::OkStatus();
+     }},
+    {{"NANHUNT_PYTHON", "(.venv, else python3)", "path to a Python with torch",
+      "the Python that scripts/build.sh builds the plugin against and that "
+      "`nanhunt replay` runs; not read by monitored processes"},
+     [](absl::string_view v, Config&) {
+       return v.empty() ? Invalid(Info("NANHUNT_PYTHON"), v) : absl::OkStatus();
      }},
     {{"NANHUNT_CONFIG", "(none)", "path to a readable file",
       "config file of NAME = value lines; the environment wins over it"},
@@ -270,6 +295,11 @@ std::string DescribeConfig(const Config& c) {
       "\nNANHUNT_FOLLOW_CHILDREN=", c.follow_children ? 1 : 0,
       "\nNANHUNT_EXIT_SUMMARY=", c.exit_summary ? 1 : 0,
       "\nNANHUNT_QUIET=", c.quiet ? 1 : 0,
+      "\nNANHUNT_ON_NONFINITE=",
+      c.on_nonfinite == OnNonFinite::kContinue ? "continue"
+      : c.on_nonfinite == OnNonFinite::kRaise  ? "raise"
+                                               : "abort",
+      c.snapshot_dir.empty() ? "" : "\nNANHUNT_SNAPSHOT_DIR=", c.snapshot_dir,
       c.config_file.empty() ? "" : "\nNANHUNT_CONFIG=", c.config_file);
 }
 

@@ -17,6 +17,9 @@ namespace nanhunt {
 
 enum class Mode { kOff, kCheck };
 
+// What happens at the first non-finite origin (or input).
+enum class OnNonFinite { kContinue, kRaise, kAbort };
+
 struct Config {
   Mode mode = Mode::kCheck;
   std::string out_dir = "nanhunt-out";
@@ -27,6 +30,8 @@ struct Config {
   bool follow_children = true;
   bool exit_summary = true;
   bool quiet = false;
+  OnNonFinite on_nonfinite = OnNonFinite::kContinue;
+  std::string snapshot_dir;  // empty: no snapshot
   std::string torch_plugin;  // empty: next to libnanhunt.so
   std::string run_id;        // empty: one per process
   std::string config_file;   // where file entries came from, if any

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh >/dev/null
-out=${NANHUNT_DEMO_OUT:-nanhunt-out/demo}
+out=${DEMO_OUT:-nanhunt-out/demo}
 rm -rf "$out"
 echo
 echo "== python demo/train.py, under nanhunt (the script is not changed)"

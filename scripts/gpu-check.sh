@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${NANHUNT_PYTHON:-python3}
-build=${NANHUNT_GPU_BUILD:-build-gpu}
+build=${GPU_BUILD_DIR:-build-gpu}
 
 prefix=""
 if ls .gpu-deps/*.deb >/dev/null 2>&1; then

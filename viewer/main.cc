@@ -3,12 +3,15 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "core/self_path.h"
 #include "viewer/run_command.h"
 #include "viewer/summary.h"
 
@@ -20,6 +23,8 @@ constexpr char kUsage[] =
     "  nanhunt view [--json] [--all-runs] TRACE_OR_DIR...\n"
     "                                         summarise traces (a folder: its\n"
     "                                         newest run, or all with --all-runs)\n"
+    "  nanhunt replay SNAPSHOT                re-run a NaN guard snapshot's op in\n"
+    "                                         fp16, bf16 and fp32\n"
     "  nanhunt settings [--markdown]          list the NANHUNT_* settings\n";
 
 int TerminalWidth() {
@@ -89,6 +94,30 @@ int Settings(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Replaying needs torch: the Python named by NANHUNT_PYTHON, else the
+// project's .venv next to this build, else python3 on the PATH.
+int Replay(const std::vector<std::string>& args) {
+  if (args.size() != 1) {
+    fprintf(stderr, "usage: nanhunt replay SNAPSHOT\n");
+    return 2;
+  }
+  const std::string dir = nanhunt::SelfDir();
+  std::string python = "python3";
+  if (const char* p = getenv("NANHUNT_PYTHON")) {
+    python = p;
+  } else if (access((dir + "/../../.venv/bin/python").c_str(), X_OK) == 0) {
+    python = dir + "/../../.venv/bin/python";
+  }
+  const std::string script = dir + "/../share/nanhunt/replay.py";
+  std::vector<char*> argv = {const_cast<char*>(python.c_str()),
+                             const_cast<char*>(script.c_str()),
+                             const_cast<char*>(args[0].c_str()), nullptr};
+  execvp(argv[0], argv.data());
+  fprintf(stderr, "nanhunt replay: cannot run %s: %s\n", python.c_str(),
+          strerror(errno));
+  return 2;
+}
+
 int Run(const std::vector<std::string>& args) {
   nanhunt::RunOptions options;
   size_t i = 0;
@@ -122,6 +151,7 @@ int main(int argc, char** argv) {
   if (command == "run") return Run(args);
   if (command == "view") return View(args);
   if (command == "settings") return Settings(args);
+  if (command == "replay") return Replay(args);
   if (command == "-h" || command == "--help" || command == "help") {
     fputs(kUsage, stdout);
     return 0;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/config.h"
+#include "core/self_path.h"
 #include "viewer/summary.h"
 
 namespace nanhunt {
@@ -26,14 +27,6 @@ void Forward(int sig, siginfo_t* info, void*) {
   if (g_child <= 0) return;
   if (info != nullptr && info->si_code == SI_KERNEL) return;
   kill(g_child, sig);
-}
-
-std::string SelfDir() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string path(buf, static_cast<size_t>(n));
-  return path.substr(0, path.rfind('/'));
 }
 
 std::string NewRunId() {

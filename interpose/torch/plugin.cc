@@ -11,12 +11,16 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "core/op_policy.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/op_check.h"
+#include "interpose/torch/python_api.h"
+#include "interpose/torch/snapshot.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/torch_compat.h"
 #include "interpose/torch_detect.h"
@@ -82,6 +86,7 @@ struct ThreadState {
 thread_local ThreadState t_state;
 
 std::atomic<bool> g_failed{false};
+std::atomic<bool> g_guard_fired{false};
 std::string* g_torch_dir = nullptr;  // leaked on purpose
 
 void ReportInternalError(const char* where, const char* what) {
@@ -90,6 +95,38 @@ void ReportInternalError(const char* where, const char* what) {
           "nanhunt: internal error in %s (%s); monitoring is off for the rest "
           "of this process, training goes on.\n",
           where, what);
+}
+
+// NANHUNT_ON_NONFINITE=raise|abort: the first origin (or non-finite input)
+// stops training, after the trace has it on disk and, with a snapshot
+// directory, after the op's arguments are saved.
+void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
+                          Session& session) {
+  const Config& config = session.config();
+  auto first = session.monitor().first_origin();
+  if (!first) return;
+  std::string message = absl::StrFormat(
+      "non-finite values first %s %s (%s) at step %d%s%s",
+      first->kind == "origin" ? "produced by" : "entered through", first->op,
+      first->phase, first->step, first->source.empty() ? "" : " at ",
+      first->source);
+  if (!config.snapshot_dir.empty()) {
+    auto path = SaveSnapshot(config.snapshot_dir, traits.handle, frame.inputs, *first);
+    absl::StrAppend(&message, path.ok() ? "; snapshot: " + *path
+                                        : "; no snapshot: " +
+                                              std::string(path.status().message()));
+  }
+  session.writer().Add(EventRow{static_cast<double>(std::time(nullptr)),
+                                "stopped", message});
+  session.writer().Flush();
+  if (config.on_nonfinite == OnNonFinite::kRaise &&
+      RaiseInPython(("nanhunt: " + message).c_str())) {
+    fprintf(stderr, "nanhunt: raising NonFiniteError: %s\n", message.c_str());
+    return;
+  }
+  fprintf(stderr, "nanhunt: aborting: %s\n", message.c_str());
+  session.Finish();
+  std::abort();
 }
 
 Phase CurrentPhase(const ThreadState& ts) {
@@ -149,6 +186,11 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                          traits,
                          monitor.limits(), *g_torch_dir);
   const Verdict verdict = monitor.OnOp(event, context);
+  if ((verdict == Verdict::kOrigin || verdict == Verdict::kInput) &&
+      session->config().on_nonfinite != OnNonFinite::kContinue &&
+      !g_guard_fired.exchange(true)) {
+    StopAtFirstNonFinite(frame, traits, *session);
+  }
   for (size_t i = 0; i < ts.output_tensors.size(); ++i) {
     RememberChecked(ts.output_tensors[i],
                     AnyNonFinite(ts.output_facts[i].counts));

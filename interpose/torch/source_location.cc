@@ -1,5 +1,7 @@
 #include "interpose/torch/source_location.h"
 
+#include "interpose/torch/python_api.h"
+
 #include <dlfcn.h>
 #include <execinfo.h>
 
@@ -14,61 +16,6 @@ namespace nanhunt {
 namespace {
 
 constexpr int kMaxFrames = 8;
-
-// The few Python C API functions needed, resolved once. All exist, with
-// these signatures, in CPython 3.9 through 3.13.
-struct PythonApi {
-  int (*IsInitialized)();
-  int (*IsFinalizing)();  // _Py_IsFinalizing (<3.13) or Py_IsFinalizing
-  int (*GilEnsure)();
-  void (*GilRelease)(int);
-  void* (*ThisThreadState)();
-  void* (*GetFrame)();
-  int (*FrameLine)(void*);
-  void* (*FrameCode)(void*);
-  void* (*FrameBack)(void*);
-  void* (*GetAttr)(void*, const char*);
-  const char* (*Utf8)(void*);
-  void (*DecRef)(void*);
-  void (*IncRef)(void*);
-  void (*ErrClear)();
-  bool ok = false;
-};
-
-template <class F>
-void Resolve(F& fn, const char* name, bool& ok) {
-  fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-  ok = ok && fn != nullptr;
-}
-
-const PythonApi& Python() {
-  static const PythonApi api = [] {
-    PythonApi a{};
-    bool ok = true;
-    Resolve(a.IsInitialized, "Py_IsInitialized", ok);
-    Resolve(a.GilEnsure, "PyGILState_Ensure", ok);
-    Resolve(a.GilRelease, "PyGILState_Release", ok);
-    Resolve(a.ThisThreadState, "PyGILState_GetThisThreadState", ok);
-    Resolve(a.GetFrame, "PyEval_GetFrame", ok);
-    Resolve(a.FrameLine, "PyFrame_GetLineNumber", ok);
-    Resolve(a.FrameCode, "PyFrame_GetCode", ok);
-    Resolve(a.FrameBack, "PyFrame_GetBack", ok);
-    Resolve(a.GetAttr, "PyObject_GetAttrString", ok);
-    Resolve(a.Utf8, "PyUnicode_AsUTF8", ok);
-    Resolve(a.DecRef, "Py_DecRef", ok);
-    Resolve(a.IncRef, "Py_IncRef", ok);
-    Resolve(a.ErrClear, "PyErr_Clear", ok);
-    bool finalizing_ok = true;
-    Resolve(a.IsFinalizing, "Py_IsFinalizing", finalizing_ok);
-    if (!finalizing_ok) {
-      finalizing_ok = true;
-      Resolve(a.IsFinalizing, "_Py_IsFinalizing", finalizing_ok);
-    }
-    a.ok = ok && finalizing_ok;
-    return a;
-  }();
-  return api;
-}
 
 std::string StringAttr(const PythonApi& py, void* obj, const char* name) {
   void* attr = py.GetAttr(obj, name);

@@ -1,0 +1,97 @@
+#include "interpose/torch/python_api.h"
+
+#include <dlfcn.h>
+
+namespace nanhunt {
+namespace {
+
+template <class F>
+void Resolve(F& fn, const char* name, bool& ok) {
+  fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+  ok = ok && fn != nullptr;
+}
+
+constexpr int kFileInput = 257;  // Py_file_input
+
+// Defines the exception class with the message baked in, and finds the
+// thread to raise it in: Python's own `threading` knows the main thread.
+constexpr char kDefineError[] = R"py(
+import threading
+class NonFiniteError(FloatingPointError):
+    """nanhunt stopped training at the first non-finite values."""
+    __module__ = "nanhunt"
+    def __init__(self, *args):
+        super().__init__(MESSAGE)
+MAIN_THREAD = threading.main_thread().ident
+)py";
+
+}  // namespace
+
+const PythonApi& Python() {
+  static const PythonApi api = [] {
+    PythonApi a{};
+    bool ok = true;
+    Resolve(a.IsInitialized, "Py_IsInitialized", ok);
+    Resolve(a.GilEnsure, "PyGILState_Ensure", ok);
+    Resolve(a.GilRelease, "PyGILState_Release", ok);
+    Resolve(a.ThisThreadState, "PyGILState_GetThisThreadState", ok);
+    Resolve(a.GetFrame, "PyEval_GetFrame", ok);
+    Resolve(a.FrameLine, "PyFrame_GetLineNumber", ok);
+    Resolve(a.FrameCode, "PyFrame_GetCode", ok);
+    Resolve(a.FrameBack, "PyFrame_GetBack", ok);
+    Resolve(a.GetAttr, "PyObject_GetAttrString", ok);
+    Resolve(a.Utf8, "PyUnicode_AsUTF8", ok);
+    Resolve(a.DecRef, "Py_DecRef", ok);
+    Resolve(a.IncRef, "Py_IncRef", ok);
+    Resolve(a.ErrClear, "PyErr_Clear", ok);
+    Resolve(a.DictNew, "PyDict_New", ok);
+    Resolve(a.DictSetItemString, "PyDict_SetItemString", ok);
+    Resolve(a.DictGetItemString, "PyDict_GetItemString", ok);
+    Resolve(a.UnicodeFromString, "PyUnicode_FromString", ok);
+    Resolve(a.RunString, "PyRun_String", ok);
+    Resolve(a.ThreadIdent, "PyThread_get_thread_ident", ok);
+    Resolve(a.LongAsUnsignedLong, "PyLong_AsUnsignedLong", ok);
+    Resolve(a.SetAsyncExc, "PyThreadState_SetAsyncExc", ok);
+    bool finalizing_ok = true;
+    Resolve(a.IsFinalizing, "Py_IsFinalizing", finalizing_ok);
+    if (!finalizing_ok) {
+      finalizing_ok = true;
+      Resolve(a.IsFinalizing, "_Py_IsFinalizing", finalizing_ok);
+    }
+    a.ok = ok && finalizing_ok;
+    return a;
+  }();
+  return api;
+}
+
+bool RaiseInPython(const char* message) {
+  const PythonApi& py = Python();
+  if (!py.ok || !py.IsInitialized() || py.IsFinalizing()) return false;
+  const bool python_thread = py.ThisThreadState() != nullptr;
+  const int gil = py.GilEnsure();
+  bool raised = false;
+  void* globals = py.DictNew();
+  void* text = py.UnicodeFromString(message);
+  if (globals != nullptr && text != nullptr &&
+      py.DictSetItemString(globals, "MESSAGE", text) == 0) {
+    void* result = py.RunString(kDefineError, kFileInput, globals, globals);
+    if (result != nullptr) {
+      py.DecRef(result);
+      void* cls = py.DictGetItemString(globals, "NonFiniteError");
+      void* main = py.DictGetItemString(globals, "MAIN_THREAD");
+      // An autograd worker has no Python frames: the exception goes to the
+      // main thread, which is waiting in backward().
+      const unsigned long target =
+          python_thread || main == nullptr ? py.ThreadIdent()
+                                           : py.LongAsUnsignedLong(main);
+      raised = cls != nullptr && py.SetAsyncExc(target, cls) == 1;
+    }
+  }
+  if (!raised) py.ErrClear();
+  if (text != nullptr) py.DecRef(text);
+  if (globals != nullptr) py.DecRef(globals);
+  py.GilRelease(gil);
+  return raised;
+}
+
+}  // namespace nanhunt

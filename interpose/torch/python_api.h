@@ -1,0 +1,45 @@
+// The few Python C API functions nanhunt uses, looked up at run time: the
+// plugin links no Python, and a C++ LibTorch program has none (ok = false).
+// All exist, with these signatures, in CPython 3.9 through 3.13.
+#pragma once
+
+namespace nanhunt {
+
+struct PythonApi {
+  int (*IsInitialized)();
+  int (*IsFinalizing)();  // _Py_IsFinalizing (<3.13) or Py_IsFinalizing
+  int (*GilEnsure)();
+  void (*GilRelease)(int);
+  void* (*ThisThreadState)();
+  void* (*GetFrame)();
+  int (*FrameLine)(void*);
+  void* (*FrameCode)(void*);
+  void* (*FrameBack)(void*);
+  void* (*GetAttr)(void*, const char*);
+  const char* (*Utf8)(void*);
+  void (*DecRef)(void*);
+  void (*IncRef)(void*);
+  void (*ErrClear)();
+  // For raising an exception in a Python thread.
+  void* (*DictNew)();
+  int (*DictSetItemString)(void*, const char*, void*);
+  void* (*DictGetItemString)(void*, const char*);  // borrowed
+  void* (*UnicodeFromString)(const char*);
+  void* (*RunString)(const char*, int, void*, void*);
+  unsigned long (*ThreadIdent)();
+  unsigned long (*LongAsUnsignedLong)(void*);
+  int (*SetAsyncExc)(unsigned long, void*);
+  bool ok = false;
+};
+
+// Resolved once; `ok` says whether this is a Python process.
+const PythonApi& Python();
+
+// Raises, asynchronously, an exception of a FloatingPointError subclass
+// named NonFiniteError whose message is `message`, in the Python thread
+// running on this OS thread (or the main thread when this one has no
+// Python state): Python raises it when the current op returns to Python
+// code. Returns false when that is not possible (no Python).
+bool RaiseInPython(const char* message);
+
+}  // namespace nanhunt

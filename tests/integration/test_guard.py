@@ -1,0 +1,63 @@
+"""NANHUNT_ON_NONFINITE and NANHUNT_SNAPSHOT_DIR: stop at the first
+non-finite origin, with a snapshot that reproduces it."""
+import os
+import signal
+import sqlite3
+import stat
+
+from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, clean_env, nanhunt_run,
+                      preload_run, run)
+
+
+def test_raise_stops_training_with_a_catchable_exception_naming_op_phase_step(out):
+    r = preload_run([PYTHON, SCRIPTS / "guarded_training.py"], out,
+                    NANHUNT_ON_NONFINITE="raise")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "finished step 2" in lines
+    assert not any(l.startswith("finished step 4") for l in lines), r.stdout
+    [caught] = [l for l in lines if l.startswith("caught")]
+    assert "NonFiniteError" in caught
+    assert "aten::mm" in caught or "aten::dot" in caught or "aten::mv" in caught, caught
+    assert "(forward) at step 3" in caught
+
+
+def test_uncaught_raise_ends_the_demo_at_the_origin_step(out):
+    r = nanhunt_run([PYTHON, DEMO], out, env=clean_env(NANHUNT_ON_NONFINITE="raise"))
+    assert r.returncode == 1
+    assert "NonFiniteError: nanhunt: non-finite values first produced by aten::bmm (forward) at step 26" in r.stderr
+    assert "step  26" not in r.stdout
+
+
+def test_abort_kills_the_process_after_the_trace_has_the_origin(out):
+    r = preload_run([PYTHON, SCRIPTS / "overflow_dot.py"], out,
+                    NANHUNT_ON_NONFINITE="abort")
+    assert r.returncode == -signal.SIGABRT
+    assert "nanhunt: aborting: non-finite values first produced by aten::dot" in r.stderr
+    [trace] = out.glob("*.sqlite")
+    db = sqlite3.connect(trace)
+    assert db.execute("SELECT op FROM findings WHERE kind='origin'").fetchone() == ("aten::dot",)
+    assert db.execute("SELECT kind FROM events").fetchone() == ("stopped",)
+
+
+def test_snapshot_is_private_loads_with_torch_and_replays_the_overflow(out, tmp_path):
+    snaps = tmp_path / "snaps"
+    r = preload_run([PYTHON, SCRIPTS / "guarded_training.py"], out,
+                    NANHUNT_ON_NONFINITE="raise", NANHUNT_SNAPSHOT_DIR=snaps)
+    assert r.returncode == 0, r.stderr
+    [snap] = snaps.glob("*.pt")
+    assert stat.S_IMODE(snaps.stat().st_mode) == 0o700
+    assert stat.S_IMODE(snap.stat().st_mode) == 0o600
+    check = run([PYTHON, "-c",
+                 "import sys, torch; d = torch.load(sys.argv[1], weights_only=False); "
+                 "print(d['op'], d['finding']['step'], [tuple(a.shape) for a in d['args'] "
+                 "if isinstance(a, torch.Tensor)])", snap])
+    assert check.returncode == 0, check.stderr
+    assert " 3 " in check.stdout
+    replay = run([NANHUNT, "replay", snap], env=dict(os.environ, NANHUNT_PYTHON=PYTHON))
+    assert replay.returncode == 0, replay.stderr
+    rows = {l.split()[0]: l.split() for l in replay.stdout.splitlines()[1:]
+            if l.split() and l.split()[0] in ("float16", "bfloat16", "float32")}
+    assert rows["float16"][1] == "NO"
+    assert rows["float32"][1] == "yes"
+    assert float(rows["float32"][2]) > 65504
