@@ -118,10 +118,12 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
   {
     absl::MutexLock lock(&mu_);
     const double now = e.top_op.empty() ? clock_() : 0;
-    if (e.top_op.empty() && steps_.OnOp(e.phase, e.grad_enabled)) {
+    if (e.top_op.empty() &&
+        steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
       WriteStepLocked(steps_.step() - 1, now);
     }
     e.phase = steps_.Refine(e.phase, e.grad_enabled);
+    step_trained_ |= e.takes_grad_input || e.phase == Phase::kBackward;
     ++call_index_;
     OpState& state = ops_[e.op];
     const int p = static_cast<int>(e.phase);
@@ -282,6 +284,13 @@ void Monitor::OnOptimizerStepBegin() {
   steps_.OnOptimizerStepBegin();
 }
 
+void Monitor::OnScalerUpdate(double scale, bool skipped) {
+  absl::MutexLock lock(&mu_);
+  const StepTracker::ScalerStep s = steps_.OnScalerUpdate();
+  if (writer_) writer_->Add(LossScaleRow{s.step, scale, skipped});
+  if (s.advanced) WriteStepLocked(s.step, clock_());
+}
+
 void Monitor::OnOptimizerStepEnd() {
   absl::MutexLock lock(&mu_);
   WriteStepLocked(steps_.step(), clock_());
@@ -328,6 +337,7 @@ void Monitor::WriteStepLocked(int64_t step, double now) {
     writer_->Add(row);
   }
   call_index_ = 0;
+  step_trained_ = false;
   step_nonfinite_ops_ = 0;
   step_origins_ = 0;
   step_findings_ = 0;
@@ -337,6 +347,9 @@ void Monitor::WriteStepLocked(int64_t step, double now) {
 
 void Monitor::FlushStep() {
   absl::MutexLock lock(&mu_);
+  // At exit: what ran after the last step ended is only a step if it
+  // trained (a run killed mid-step); its statistics are written either way.
+  if (!step_trained_) call_index_ = 0;
   WriteStepLocked(steps_.step(), clock_());
 }
 

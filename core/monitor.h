@@ -77,6 +77,7 @@ struct OpEvent {
   absl::string_view top_op;      // outermost enclosing op, or empty
   Phase phase = Phase::kForward;
   bool grad_enabled = true;      // grad mode when the op ran
+  bool takes_grad_input = false; // an input requires grad (a parameter)
   absl::string_view forward_op;  // backward ops: the forward op of the node
   absl::Span<const TensorFacts> outputs;
   // An op nested inside this one was already an origin or an input finding:
@@ -109,6 +110,10 @@ class Monitor {
   void OnOptimizerStepEnd();
 
   int64_t step() const;
+
+  // GradScaler updated its scale to `scale`; `skipped`: it found non-finite
+  // gradients, so the optimizer step was skipped.
+  void OnScalerUpdate(double scale, bool skipped);
 
   // Writes the current step's statistics (at exit; steps also flush
   // themselves when they end).
@@ -160,6 +165,9 @@ class Monitor {
   int64_t step_findings_ ABSL_GUARDED_BY(mu_) = 0;
   double step_max_abs_ ABSL_GUARDED_BY(mu_) = 0;
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
+  // The step ran forward ops on parameters or backward ops: training, not
+  // the bookkeeping after the last step (logging, saving).
+  bool step_trained_ ABSL_GUARDED_BY(mu_) = false;
   int64_t findings_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<FindingRow> first_origin_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> notify_ ABSL_GUARDED_BY(mu_);

@@ -2,14 +2,16 @@
 
 namespace nanhunt {
 
-bool StepTracker::OnOp(Phase phase, bool grad_enabled) {
+bool StepTracker::OnOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
   if (phase == Phase::kBackward) {
     saw_backward_ = true;
     post_backward_ = true;
     fallback_advanced_ = false;
     return false;
   }
-  if (phase != Phase::kForward || !grad_enabled) return false;
+  if (phase != Phase::kForward || !grad_enabled || !takes_grad_input) {
+    return false;
+  }
   post_backward_ = false;
   if (saw_backward_ && !seen_optimizer_) {
     saw_backward_ = false;
@@ -40,7 +42,22 @@ bool StepTracker::OnOptimizerStepBegin() {
   return false;
 }
 
+StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
+  fallback_advanced_ = false;
+  if (optimizer_since_update_) {
+    optimizer_since_update_ = false;
+    return {step_ - 1, false};
+  }
+  // The optimizer was skipped (non-finite gradients): the update ends the
+  // iteration.
+  saw_backward_ = false;
+  post_backward_ = false;
+  ++step_;
+  return {step_ - 1, true};
+}
+
 bool StepTracker::OnOptimizerStepEnd() {
+  optimizer_since_update_ = true;
   seen_optimizer_ = true;
   saw_backward_ = false;
   fallback_advanced_ = false;

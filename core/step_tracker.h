@@ -3,7 +3,9 @@
 // torch.optim wraps each step in a USER_SCOPE record ("Optimizer.step#..."):
 // when the process shows one, a step ends with it. A process that never does
 // (a C++ LibTorch program, a hand-written update) gets a fallback: the first
-// grad-enabled forward op after backward ops starts a new step. When the
+// forward op after backward ops that runs with grad mode on and takes a
+// tensor that requires grad (a parameter: the next forward pass, not a
+// factory op of GradScaler's or data preparation) starts a new step. When the
 // first optimizer record arrives after the fallback already advanced within
 // the same iteration, that advance is undone, so Python scripts count from 0
 // either way.
@@ -24,9 +26,10 @@ class StepTracker {
  public:
   int64_t step() const { return step_; }
 
-  // A top-level op ran in `phase` with grad mode `grad_enabled`. Returns
-  // true when it began a new step.
-  bool OnOp(Phase phase, bool grad_enabled);
+  // A top-level op ran in `phase` with grad mode `grad_enabled`;
+  // `takes_grad_input`: one of its inputs requires grad. Returns true when
+  // it began a new step.
+  bool OnOp(Phase phase, bool grad_enabled, bool takes_grad_input);
 
   // The phase to record for an op the caller saw as `phase`.
   Phase Refine(Phase phase, bool grad_enabled) const;
@@ -36,12 +39,24 @@ class StepTracker {
   // An optimizer step record ended: the step is over. Returns true.
   bool OnOptimizerStepEnd();
 
+  // GradScaler updated its scale (`_amp_update_scale_`), which ends an
+  // iteration whether or not the optimizer ran: a skipped step has no
+  // optimizer record. Returns the step the update belongs to, and whether
+  // this call advanced the step (it did when the optimizer was skipped).
+  struct ScalerStep {
+    int64_t step;
+    bool advanced;
+  };
+  ScalerStep OnScalerUpdate();
+
  private:
   int64_t step_ = 0;
   bool seen_optimizer_ = false;
   bool saw_backward_ = false;       // since the last fallback advance
   bool fallback_advanced_ = false;  // the last advance came from the fallback
   bool post_backward_ = false;      // backward ran; no forward pass since
+  bool optimizer_since_update_ = false;  // an optimizer step ended since the
+                                         // last scaler update
 };
 
 }  // namespace nanhunt

@@ -38,6 +38,13 @@ struct StepRow {
   double max_abs = 0, started = 0, ended = 0;
 };
 
+// GradScaler's scale after one update, and whether that step was skipped.
+struct LossScaleRow {
+  int64_t step = 0;
+  double scale = 0;
+  bool skipped = false;
+};
+
 // Something that happened to the run itself (config change, warning).
 struct EventRow {
   double time = 0;

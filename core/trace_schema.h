@@ -4,7 +4,7 @@
 
 namespace nanhunt {
 
-inline constexpr int kTraceSchemaVersion = 1;
+inline constexpr int kTraceSchemaVersion = 2;
 
 inline constexpr const char kTraceSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS steps(
   step INTEGER, ops INTEGER, nonfinite_ops INTEGER, origins INTEGER,
   max_abs REAL, started REAL, ended REAL);
 CREATE TABLE IF NOT EXISTS events(time REAL, kind TEXT, detail TEXT);
+CREATE TABLE IF NOT EXISTS loss_scale(step INTEGER, scale REAL, skipped INTEGER);
 )sql";
 
 }  // namespace nanhunt

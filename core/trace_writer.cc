@@ -68,13 +68,16 @@ TraceWriter::TraceWriter(std::string path, sqlite3* db,
                      &step_stmt_, nullptr);
   sqlite3_prepare_v2(db_, "INSERT INTO events VALUES(?,?,?)", -1,
                      &event_stmt_, nullptr);
+  sqlite3_prepare_v2(db_, "INSERT INTO loss_scale VALUES(?,?,?)", -1,
+                     &scale_stmt_, nullptr);
   thread_ = StartQuietThread([this] { Run(); });
 }
 
 TraceWriter::~TraceWriter() {
   Close();
   for (sqlite3_stmt* s :
-       {meta_stmt_, stats_stmt_, finding_stmt_, step_stmt_, event_stmt_}) {
+       {meta_stmt_, stats_stmt_, finding_stmt_, step_stmt_, event_stmt_,
+        scale_stmt_}) {
     sqlite3_finalize(s);
   }
   sqlite3_close(db_);
@@ -94,6 +97,7 @@ void TraceWriter::Add(OpStatsRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(FindingRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(StepRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(EventRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(LossScaleRow row) { Enqueue(std::move(row)); }
 
 void TraceWriter::Flush(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
@@ -211,6 +215,11 @@ void TraceWriter::Write(const Row& row) {
     sqlite3_bind_double(s, 5, st->max_abs);
     sqlite3_bind_double(s, 6, st->started);
     sqlite3_bind_double(s, 7, st->ended);
+  } else if (const auto* l = std::get_if<LossScaleRow>(&row)) {
+    s = scale_stmt_;
+    sqlite3_bind_int64(s, 1, l->step);
+    sqlite3_bind_double(s, 2, l->scale);
+    sqlite3_bind_int64(s, 3, l->skipped ? 1 : 0);
   } else if (const auto* e = std::get_if<EventRow>(&row)) {
     s = event_stmt_;
     sqlite3_bind_double(s, 1, e->time);

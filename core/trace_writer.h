@@ -40,6 +40,7 @@ class TraceWriter {
   void Add(FindingRow row);
   void Add(StepRow row);
   void Add(EventRow row);
+  void Add(LossScaleRow row);
 
   // Commits everything queued so far; returns when it is on disk (or when
   // `timeout` passed). Thread-safe.
@@ -57,7 +58,8 @@ class TraceWriter {
   struct MetaRow {
     std::string key, value;
   };
-  using Row = std::variant<MetaRow, OpStatsRow, FindingRow, StepRow, EventRow>;
+  using Row = std::variant<MetaRow, OpStatsRow, FindingRow, StepRow, EventRow,
+                           LossScaleRow>;
 
   TraceWriter(std::string path, sqlite3* db,
               std::chrono::milliseconds flush_interval);
@@ -75,6 +77,7 @@ class TraceWriter {
   sqlite3_stmt* finding_stmt_ = nullptr;
   sqlite3_stmt* step_stmt_ = nullptr;
   sqlite3_stmt* event_stmt_ = nullptr;
+  sqlite3_stmt* scale_stmt_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::vector<Row> queue_ ABSL_GUARDED_BY(mu_);

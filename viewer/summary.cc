@@ -123,6 +123,13 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       p.near_max += o.near_max;
       p.underflow += o.underflow;
     }
+    if (s.loss_scale.empty() && !t.loss_scale.empty()) {
+      // Ranks of one run update their scalers alike: one history tells it.
+      s.loss_scale = t.loss_scale;
+      for (const LossScaleRow& l : t.loss_scale) {
+        if (l.skipped) s.skipped_steps.push_back(l.step);
+      }
+    }
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
@@ -264,6 +271,18 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                               p.phase, p.calls, p.nonfinite_values, p.near_max,
                               p.underflow));
   }
+  if (!s.loss_scale.empty()) {
+    const double share = static_cast<double>(s.skipped_steps.size()) /
+                         static_cast<double>(s.loss_scale.size());
+    absl::StrAppend(&out, "\n", bold, "GRADSCALER", reset, "\n  ",
+                    s.skipped_steps.size(), " of ", s.loss_scale.size(),
+                    absl::StrFormat(" steps skipped (%.0f%%)", 100 * share),
+                    s.skipped_steps.empty() ? "" : ": steps " + Fit(StepRanges(s.skipped_steps), w / 2),
+                    "\n  loss scale: ", FormatAbs(s.loss_scale.front().scale),
+                    " at step ", s.loss_scale.front().step, " -> ",
+                    FormatAbs(s.loss_scale.back().scale), " at step ",
+                    s.loss_scale.back().step, "\n");
+  }
   absl::StrAppend(&out, "\n", bold, "STEPS WITH NON-FINITE VALUES", reset, "\n  ",
                   s.nonfinite_steps.empty() ? "none"
                                             : Fit(StepRanges(s.nonfinite_steps), w - 2),
@@ -356,6 +375,25 @@ std::string RenderJson(const RunSummary& s) {
   j.Key("nonfinite_steps").BeginArray();
   for (int64_t st : s.nonfinite_steps) j.Int(st);
   j.EndArray();
+  j.Key("loss_scale").BeginArray();
+  for (const LossScaleRow& l : s.loss_scale) {
+    j.BeginObject();
+    j.Key("step").Int(l.step);
+    j.Key("scale").Number(l.scale);
+    j.Key("skipped").Bool(l.skipped);
+    j.EndObject();
+  }
+  j.EndArray();
+  j.Key("skipped_steps").BeginArray();
+  for (int64_t st : s.skipped_steps) j.Int(st);
+  j.EndArray();
+  j.Key("skipped_fraction");
+  if (s.loss_scale.empty()) {
+    j.Null();
+  } else {
+    j.Number(static_cast<double>(s.skipped_steps.size()) /
+             static_cast<double>(s.loss_scale.size()));
+  }
   j.Key("problems").BeginArray();
   for (const auto& p : s.problems) j.String(p);
   j.EndArray();

@@ -26,6 +26,8 @@ struct RunSummary {
   std::vector<OpTotals> ops;           // ranked by max |x|, highest first
   std::vector<PhaseTotals> phases;
   std::vector<int64_t> nonfinite_steps;
+  std::vector<LossScaleRow> loss_scale;  // of the first trace that has one
+  std::vector<int64_t> skipped_steps;    // steps GradScaler skipped
   int64_t steps = 0, origins = 0, inputs = 0, propagated = 0;
   std::vector<std::string> problems;   // "<trace>: <problem>"
 };

@@ -150,6 +150,20 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
           t.steps.push_back(r);
         },
         t.problems);
+  bool has_loss_scale = false;  // schema 2 and later
+  Query(db, "sqlite_master",
+        "SELECT 1 FROM sqlite_master WHERE name = 'loss_scale'",
+        [&](sqlite3_stmt*) { has_loss_scale = true; }, t.problems);
+  if (has_loss_scale) {
+    Query(db, "loss_scale",
+          "SELECT step, scale, skipped FROM loss_scale ORDER BY rowid",
+          [&](sqlite3_stmt* s) {
+            t.loss_scale.push_back(LossScaleRow{sqlite3_column_int64(s, 0),
+                                                sqlite3_column_double(s, 1),
+                                                sqlite3_column_int64(s, 2) != 0});
+          },
+          t.problems);
+  }
   sqlite3_close(db);
   if (t.meta.empty() && !t.problems.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -28,6 +28,7 @@ struct Trace {
   std::vector<FindingRow> findings;  // ordered by step, call index
   std::vector<OpTotals> ops;
   std::vector<StepRow> steps;
+  std::vector<LossScaleRow> loss_scale;  // GradScaler updates, in order
   std::vector<std::string> problems;  // what could not be read, and why
 };
 

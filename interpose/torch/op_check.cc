@@ -296,6 +296,20 @@ bool KnownNonFinite(const at::Tensor& t) {
   return g_nonfinite->contains(key);
 }
 
+std::optional<ScalerUpdate> ReadScalerUpdate(const std::vector<c10::IValue>& inputs) {
+  if (inputs.size() < 3 || !inputs[0].isTensor() || !inputs[2].isTensor()) {
+    return std::nullopt;
+  }
+  const at::Tensor& scale = inputs[0].toTensor();  // updated in place
+  const at::Tensor& found_inf = inputs[2].toTensor();
+  if (!scale.defined() || !found_inf.defined() || !scale.device().is_cpu() ||
+      !found_inf.device().is_cpu() || scale.numel() != 1 || found_inf.numel() != 1) {
+    return std::nullopt;
+  }
+  QuietScope quiet;
+  return ScalerUpdate{scale.item<double>(), found_inf.item<double>() != 0};
+}
+
 std::vector<InputFacts> UnknownWrittenArgs(const OpTraits& traits) {
   std::vector<InputFacts> result;
   for (int index : traits.written_args) {

@@ -102,6 +102,16 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
                                          const CheckLimits& limits);
 std::vector<InputFacts> UnknownWrittenArgs(const OpTraits& traits);
 
+// GradScaler's update (`_amp_update_scale_(scale, growth_tracker,
+// found_inf, ...)`): the new scale and whether non-finite gradients were
+// found. Host tensors only: reading device tensors would sync the stream
+// (the GPU path will deliver them through the check ring).
+struct ScalerUpdate {
+  double scale;
+  bool found_inf;
+};
+std::optional<ScalerUpdate> ReadScalerUpdate(const std::vector<c10::IValue>& inputs);
+
 // The OpContext of one finished op.
 class TorchOpContext final : public OpContext {
  public:

@@ -135,9 +135,16 @@ Phase CurrentPhase(const ThreadState& ts) {
   return Phase::kForward;
 }
 
+constexpr char kScalerUpdate[] = "aten::_amp_update_scale_";
+
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   const OpTraits& traits = TraitsOf(fn);
+  if (strcmp(frame.name, kScalerUpdate) == 0) {
+    if (auto update = ReadScalerUpdate(frame.inputs)) {
+      Session::Get()->monitor().OnScalerUpdate(update->scale, update->found_inf);
+    }
+  }
   // A view computes nothing: its output is memory an earlier op produced.
   // torch.empty's output is garbage by contract.
   if (traits.view || traits.uninitialised) return;
@@ -177,6 +184,14 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.top_op = top_op ? top_op : "";
   event.phase = CurrentPhase(ts);
   event.grad_enabled = c10::GradMode::is_enabled();
+  if (top_op == nullptr) {  // only top-level ops decide steps
+    for (const c10::IValue& v : frame.inputs) {
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) {
+        event.takes_grad_input = true;
+        break;
+      }
+    }
+  }
   event.forward_op = forward_op ? forward_op : "";
   event.outputs = ts.output_facts;
   event.contains_finding = frame.contains_finding;

@@ -8,52 +8,81 @@ namespace {
 
 TEST(StepTracker, OptimizerRecordsEndSteps) {
   StepTracker t;
-  t.OnOp(Phase::kForward, true);
-  t.OnOp(Phase::kBackward, true);
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
   t.OnOptimizerStepBegin();
   EXPECT_EQ(t.step(), 0);
   t.OnOptimizerStepEnd();
   EXPECT_EQ(t.step(), 1);
-  EXPECT_FALSE(t.OnOp(Phase::kForward, true));
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));
   EXPECT_EQ(t.step(), 1);
 }
 
 TEST(StepTracker, WithoutOptimizerForwardAfterBackwardStartsAStep) {
   StepTracker t;
-  t.OnOp(Phase::kForward, true);
-  t.OnOp(Phase::kBackward, true);
-  EXPECT_TRUE(t.OnOp(Phase::kForward, true));
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));
   EXPECT_EQ(t.step(), 1);
-  EXPECT_FALSE(t.OnOp(Phase::kForward, true));
-  t.OnOp(Phase::kBackward, true);
-  t.OnOp(Phase::kForward, true);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOp(Phase::kForward, true, true);
   EXPECT_EQ(t.step(), 2);
 }
 
 TEST(StepTracker, GradientClippingBeforeTheFirstOptimizerStepStaysInStepZero) {
   StepTracker t;
-  t.OnOp(Phase::kForward, true);
-  t.OnOp(Phase::kBackward, true);
-  t.OnOp(Phase::kForward, true);  // a grad-enabled op: the fallback advances
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOp(Phase::kForward, true, true);  // a grad-enabled op: the fallback advances
   EXPECT_TRUE(t.OnOptimizerStepBegin());  // ...and the optimizer undoes it
   EXPECT_EQ(t.step(), 0);
   t.OnOptimizerStepEnd();
   EXPECT_EQ(t.step(), 1);
-  t.OnOp(Phase::kForward, true);
-  t.OnOp(Phase::kBackward, true);
-  EXPECT_FALSE(t.OnOp(Phase::kForward, true));  // optimizer mode: no fallback
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));  // optimizer mode: no fallback
   EXPECT_EQ(t.step(), 1);
+}
+
+TEST(StepTracker, FactoryOpsAfterBackwardDoNotStartAStep) {
+  StepTracker t;
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  // torch.full for GradScaler's found_inf: grad mode on, no grad input.
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, false));
+  EXPECT_EQ(t.step(), 0);
+}
+
+TEST(StepTracker, GradScalerUpdateEndsSkippedStepsToo) {
+  StepTracker t;
+  // Step 0: inf gradients, the optimizer is skipped, the scale backs off.
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  StepTracker::ScalerStep s = t.OnScalerUpdate();
+  EXPECT_EQ(s.step, 0);
+  EXPECT_TRUE(s.advanced);
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true)) << "no second advance";
+  // Step 1: the optimizer runs, then the update.
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  s = t.OnScalerUpdate();
+  EXPECT_EQ(s.step, 1);
+  EXPECT_FALSE(s.advanced);
+  EXPECT_EQ(t.step(), 2);
 }
 
 TEST(StepTracker, NoGradOpsAfterBackwardAreTheUpdateNotANewStep) {
   StepTracker t;
-  t.OnOp(Phase::kForward, true);
-  t.OnOp(Phase::kBackward, true);
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
   // A C++ optimizer (or clip_grad_norm_): grad mode off, after backward.
-  EXPECT_FALSE(t.OnOp(Phase::kForward, false));
+  EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
   EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kOptimizer);
   EXPECT_EQ(t.step(), 0);
-  EXPECT_TRUE(t.OnOp(Phase::kForward, true));  // the next forward pass
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));  // the next forward pass
   EXPECT_EQ(t.step(), 1);
   // Evaluation under no_grad before any backward is still forward.
   EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kForward);

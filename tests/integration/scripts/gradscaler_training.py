@@ -1,0 +1,22 @@
+# fp16 autocast with GradScaler on the CPU; non-finite gradients planted at
+# steps 2 and 5. Prints the scale after each update and whether the step
+# was skipped, as the user would log them.
+import torch
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=3)
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+for step in range(8):
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    if step in (2, 5):
+        loss = loss * float("inf")
+    before = scaler.get_scale()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    after = scaler.get_scale()
+    print(f"step {step} scale {after} skipped {int(after < before)}", flush=True)
