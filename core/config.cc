@@ -137,6 +137,17 @@ const Setting kSettings[] = {
        else return Invalid(Info("NANHUNT_ON_NONFINITE"), v);
        return absl::OkStatus();
      }},
+    {{"NANHUNT_AUTOCAST_DTYPE", "keep", "keep, bf16",
+      "bf16: autocast regions that ask for fp16 run in bf16 instead (same "
+      "range as fp32, no loss scaling needed), on the CPU and on GPUs that "
+      "support it"},
+     [](absl::string_view v, Config& c) {
+       const std::string s = absl::AsciiStrToLower(v);
+       if (s == "keep") c.autocast_bf16 = false;
+       else if (s == "bf16" || s == "bfloat16") c.autocast_bf16 = true;
+       else return Invalid(Info("NANHUNT_AUTOCAST_DTYPE"), v);
+       return absl::OkStatus();
+     }},
     {{"NANHUNT_SNAPSHOT_DIR", "(none)", "a directory path (created, mode 0700)",
       "with raise or abort: first save the offending op's inputs and "
       "arguments there (torch.load reads it; mode 0600: it holds training "
@@ -300,6 +311,7 @@ std::string DescribeConfig(const Config& c) {
       : c.on_nonfinite == OnNonFinite::kRaise  ? "raise"
                                                : "abort",
       c.snapshot_dir.empty() ? "" : "\nNANHUNT_SNAPSHOT_DIR=", c.snapshot_dir,
+      c.autocast_bf16 ? "\nNANHUNT_AUTOCAST_DTYPE=bf16" : "",
       c.config_file.empty() ? "" : "\nNANHUNT_CONFIG=", c.config_file);
 }
 

@@ -87,6 +87,7 @@ thread_local ThreadState t_state;
 
 std::atomic<bool> g_failed{false};
 std::atomic<bool> g_guard_fired{false};
+std::atomic<int64_t> g_autocast_switches{0};
 std::string* g_torch_dir = nullptr;  // leaked on purpose
 
 void ReportInternalError(const char* where, const char* what) {
@@ -244,6 +245,14 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
         break;
       default: {
+        if (Session::Get()->config().autocast_bf16) {
+          // NANHUNT_AUTOCAST_DTYPE=bf16. The user's autocast context puts
+          // its own dtype back on exit.
+          if (torch_compat::SwitchAutocastFp16ToBf16(at::kCPU) ||
+              torch_compat::SwitchAutocastFp16ToBf16(at::kCUDA)) {
+            g_autocast_switches.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
         if (IsBookkeepingRecord(f.name)) {
           f.kind = FrameKind::kOther;
           break;
@@ -327,6 +336,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
       w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));
+      w.PutMeta("autocast_switched_to_bf16", absl::StrCat(g_autocast_switches.load()));
       if (totals.unchecked > 0 && !totals.unchecked_on_device) {
         w.PutMeta("unchecked_reason",
                   "sparse, meta or other non-CPU tensors the check does not read");

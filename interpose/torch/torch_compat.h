@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
@@ -44,5 +45,17 @@ inline bool InBackward() {
 }
 
 inline const char* TorchVersion() { return TORCH_VERSION; }
+
+// Autocast reads its dtype from thread-local state when each op runs, and
+// RecordFunction's start callback runs before the autocast kernel: setting
+// the dtype there switches that op. Returns true when it switched.
+inline bool SwitchAutocastFp16ToBf16(at::DeviceType device) {
+  if (!at::autocast::is_autocast_enabled(device) ||
+      at::autocast::get_autocast_dtype(device) != at::kHalf) {
+    return false;
+  }
+  at::autocast::set_autocast_dtype(device, at::kBFloat16);
+  return true;
+}
 
 }  // namespace nanhunt::torch_compat
