@@ -148,6 +148,26 @@ const Setting kSettings[] = {
        else return Invalid(Info("NANHUNT_AUTOCAST_DTYPE"), v);
        return absl::OkStatus();
      }},
+    {{"NANHUNT_FP32_OPS", "(none)",
+      "comma-separated op names or globs, e.g. aten::bmm,aten::*softmax*",
+      "under autocast these ops run in fp32, like autocast's own fp32 list: "
+      "inputs upcast, outputs fp32, gradients correct"},
+     [](absl::string_view v, Config& c) {
+       c.fp32_ops.clear();
+       for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+         p = absl::StripAsciiWhitespace(p);
+         const bool ok = !p.empty() &&
+                         std::all_of(p.begin(), p.end(), [](char ch) {
+                           return absl::ascii_isalnum(ch) || ch == '_' ||
+                                  ch == ':' || ch == '.' || ch == '*' ||
+                                  ch == '?';
+                         });
+         if (!ok) return Invalid(Info("NANHUNT_FP32_OPS"), v);
+         c.fp32_ops.emplace_back(p);
+       }
+       if (c.fp32_ops.empty()) return Invalid(Info("NANHUNT_FP32_OPS"), v);
+       return absl::OkStatus();
+     }},
     {{"NANHUNT_SNAPSHOT_DIR", "(none)", "a directory path (created, mode 0700)",
       "with raise or abort: first save the offending op's inputs and "
       "arguments there (torch.load reads it; mode 0600: it holds training "
@@ -312,6 +332,7 @@ std::string DescribeConfig(const Config& c) {
                                                : "abort",
       c.snapshot_dir.empty() ? "" : "\nNANHUNT_SNAPSHOT_DIR=", c.snapshot_dir,
       c.autocast_bf16 ? "\nNANHUNT_AUTOCAST_DTYPE=bf16" : "",
+      c.fp32_ops.empty() ? "" : "\nNANHUNT_FP32_OPS=", absl::StrJoin(c.fp32_ops, ","),
       c.config_file.empty() ? "" : "\nNANHUNT_CONFIG=", c.config_file);
 }
 

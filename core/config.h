@@ -32,6 +32,7 @@ struct Config {
   bool quiet = false;
   OnNonFinite on_nonfinite = OnNonFinite::kContinue;
   bool autocast_bf16 = false;  // fp16 autocast regions run in bf16
+  std::vector<std::string> fp32_ops;  // op names or globs run in fp32
   std::string snapshot_dir;  // empty: no snapshot
   std::string torch_plugin;  // empty: next to libnanhunt.so
   std::string run_id;        // empty: one per process

@@ -1,6 +1,9 @@
 #include "core/op_policy.h"
 
+#include <fnmatch.h>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace nanhunt {
 
@@ -43,6 +46,20 @@ bool FillsWithScalar(absl::string_view op) {
       "aten::full",      "aten::full_like", "aten::new_full",   "aten::scalar_tensor"};
   for (absl::string_view name : kOps) {
     if (op == name) return true;
+  }
+  return false;
+}
+
+bool MatchesOpPattern(absl::string_view op, absl::string_view overload,
+                      const std::vector<std::string>& patterns) {
+  const std::string name(op);
+  const std::string full =
+      overload.empty() ? name : absl::StrCat(name, ".", overload);
+  for (const std::string& p : patterns) {
+    const bool with_overload = p.find('.') != std::string::npos;
+    if (fnmatch(p.c_str(), (with_overload ? full : name).c_str(), 0) == 0) {
+      return true;
+    }
   }
   return false;
 }

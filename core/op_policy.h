@@ -1,6 +1,9 @@
 // Which ops' outputs are not worth checking.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 namespace nanhunt {
@@ -23,6 +26,12 @@ bool CopiesValues(absl::string_view op);
 // Ops that fill their output with a scalar (zeros, ones, fill_, full): their
 // output is known from the scalar, so only a non-finite scalar is news.
 bool FillsWithScalar(absl::string_view op);
+
+// Whether `op` ("aten::bmm", or with its overload, "aten::add.Tensor")
+// matches one of `patterns` (names or shell globs as in NANHUNT_FP32_OPS).
+// A pattern without a '.' matches every overload of the name.
+bool MatchesOpPattern(absl::string_view op, absl::string_view overload,
+                      const std::vector<std::string>& patterns);
 
 // Records that are not ops but bookkeeping around them (the autograd
 // engine's "autograd::engine::evaluate_function: MulBackward0"): they own

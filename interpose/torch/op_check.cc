@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
 #include "core/op_policy.h"
+#include "interpose/torch/session.h"
 #include "interpose/torch/source_location.h"
 #include "interpose/torch/torch_compat.h"
 
@@ -179,6 +180,10 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.uninitialised = OutputsAreUninitialised(fn.name());
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
+  if (Session* s = Session::Get(); s != nullptr && !s->config().fp32_ops.empty()) {
+    traits.fp32_listed = MatchesOpPattern(fn.name(), fn.overload_name(),
+                                          s->config().fp32_ops);
+  }
   if (auto name = fn.operator_name()) {
     traits.handle = c10::Dispatcher::singleton().findOp(*name);
   }

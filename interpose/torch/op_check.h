@@ -32,6 +32,7 @@ struct OpTraits {
   // Reuses results of its nested ops for its outputs: composite ops, and
   // foreach ops, whose CPU implementation is a loop of per-tensor ops.
   bool composed_of_nested_ops = false;
+  bool fp32_listed = false;  // named by NANHUNT_FP32_OPS
   std::optional<c10::OperatorHandle> handle;
 };
 const OpTraits& TraitsOf(const at::RecordFunction& fn);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/op_policy.h"
 #include "interpose/torch/forward_ops.h"
+#include "interpose/torch/fp32_fallback.h"
 #include "interpose/torch/op_check.h"
 #include "interpose/torch/python_api.h"
 #include "interpose/torch/snapshot.h"
@@ -45,6 +47,9 @@ struct Frame {
   std::vector<c10::IValue> inputs;   // ops; capacity reused across ops
   std::vector<InputFacts> written_before;  // in-place ops: args before
   uint64_t cache_mark = 0;  // CacheMark() at the op's start
+  // Autocast was on when the op started (inside an op autocast intercepted,
+  // it is excluded, so this must be read at the start of the outer op).
+  bool autocast_on = false;
 };
 
 // Per-thread state. Frames are kept (with their vectors' capacity) above
@@ -171,13 +176,24 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   const char* top_op = nullptr;
   const char* forward_op = nullptr;
   Frame* parent = nullptr;
+  Frame* top = nullptr;
   for (int i = index - 1; i >= 0; --i) {
     Frame& f = ts.frames[i];
     if (f.kind == FrameKind::kOp) {
       top_op = f.name;
+      top = &f;
       if (parent == nullptr) parent = &f;
     } else if (f.kind == FrameKind::kBackwardNode && forward_op == nullptr) {
       forward_op = f.forward_op;
+    }
+  }
+  if (traits.fp32_listed && top != nullptr && top->autocast_on) {
+    // Listed, but reached inside an op autocast intercepts: switch that one.
+    if (auto name = top->fn->operator_name(); name && ExtendFp32Fallback(*name)) {
+      session->writer().Add(EventRow{
+          static_cast<double>(std::time(nullptr)), "fp32_extended",
+          absl::StrCat(top->name, " runs in fp32 from its next call: it encloses ",
+                       frame.name, ", which autocast only reaches through it")});
     }
   }
   OpEvent event;
@@ -259,6 +275,8 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         }
         f.kind = FrameKind::kOp;
         f.cache_mark = CacheMark();
+        f.autocast_on = at::autocast::is_autocast_enabled(at::kCPU) ||
+                        at::autocast::is_autocast_enabled(at::kCUDA);
         const auto inputs = fn.inputs();
         f.inputs.assign(inputs.begin(), inputs.end());
         f.written_before.clear();
@@ -331,12 +349,19 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
               std::string(session.status().message()).c_str());
       return 1;
     }
+    if (absl::Status s = InstallFp32Fallback((*session)->config().fp32_ops); !s.ok()) {
+      // A misspelt op name is as bad as a misspelt setting: stop now.
+      fprintf(stderr, "nanhunt: %s\n", std::string(s.message()).c_str());
+      fflush(stderr);
+      _exit(2);
+    }
     (*session)->set_on_finish([](TraceWriter& w) {
       const ScanTotals totals = GetScanTotals();
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
       w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));
       w.PutMeta("autocast_switched_to_bf16", absl::StrCat(g_autocast_switches.load()));
+      w.PutMeta("fp32_ops", Fp32FallbackCounts());
       if (totals.unchecked > 0 && !totals.unchecked_on_device) {
         w.PutMeta("unchecked_reason",
                   "sparse, meta or other non-CPU tensors the check does not read");

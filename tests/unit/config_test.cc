@@ -110,3 +110,21 @@ TEST(Config, EverySettingIsDocumented) {
 
 }  // namespace
 }  // namespace nanhunt
+
+namespace nanhunt {
+namespace {
+
+TEST(Config, Fp32OpsTakesNamesAndGlobs) {
+  auto c = Load({{"NANHUNT_FP32_OPS", "aten::bmm, aten::*softmax*"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->fp32_ops, (std::vector<std::string>{"aten::bmm", "aten::*softmax*"}));
+  auto bad = Load({{"NANHUNT_FP32_OPS", "aten::bmm;rm -rf"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("NANHUNT_FP32_OPS"), std::string::npos);
+  EXPECT_FALSE(Load({{"NANHUNT_FP32_OPS", " , "}}).ok());
+  EXPECT_FALSE(Load({{"NANHUNT_AUTOCAST_DTYPE", "fp8"}}).ok());
+  EXPECT_FALSE(Load({{"NANHUNT_ON_NONFINITE", "explode"}}).ok());
+}
+
+}  // namespace
+}  // namespace nanhunt

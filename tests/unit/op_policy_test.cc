@@ -1,0 +1,31 @@
+// Which ops a NANHUNT_FP32_OPS list names, and which ops are not checked.
+#include "core/op_policy.h"
+
+#include "gtest/gtest.h"
+
+namespace nanhunt {
+namespace {
+
+TEST(OpPolicy, PatternsMatchNamesGlobsAndOverloads) {
+  const std::vector<std::string> p = {"aten::bmm", "aten::*softmax*", "aten::add.Tensor"};
+  EXPECT_TRUE(MatchesOpPattern("aten::bmm", "", p));
+  EXPECT_TRUE(MatchesOpPattern("aten::bmm", "out", p)) << "a bare name covers overloads";
+  EXPECT_TRUE(MatchesOpPattern("aten::_softmax", "", p));
+  EXPECT_TRUE(MatchesOpPattern("aten::log_softmax", "int", p));
+  EXPECT_TRUE(MatchesOpPattern("aten::add", "Tensor", p));
+  EXPECT_FALSE(MatchesOpPattern("aten::add", "Scalar", p));
+  EXPECT_FALSE(MatchesOpPattern("aten::mm", "", p));
+}
+
+TEST(OpPolicy, UninitialisedCopyingAndFillingOpsAreKnown) {
+  EXPECT_TRUE(OutputsAreUninitialised("aten::empty_strided"));
+  EXPECT_FALSE(OutputsAreUninitialised("aten::zeros"));
+  EXPECT_TRUE(CopiesValues("aten::clone"));
+  EXPECT_FALSE(CopiesValues("aten::add"));
+  EXPECT_TRUE(FillsWithScalar("aten::fill_"));
+  EXPECT_TRUE(IsBookkeepingRecord("autograd::engine::evaluate_function: MulBackward0"));
+  EXPECT_TRUE(PassesInputThrough("aten::_unsafe_view"));
+}
+
+}  // namespace
+}  // namespace nanhunt
