@@ -169,6 +169,11 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": not a readable nanhunt trace (", t.problems.front(), ")"));
   }
+  if (auto it = t.meta.find("monitoring_stopped"); it != t.meta.end()) {
+    t.problems.push_back(absl::StrCat(
+        "monitoring stopped early (", it->second.substr(0, 200),
+        "): nothing after that point was checked"));
+  }
   if (auto it = t.meta.find("outputs_unchecked");
       it != t.meta.end() && it->second != "0") {
     auto reason = t.meta.find("unchecked_reason");

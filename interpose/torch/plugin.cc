@@ -97,6 +97,11 @@ std::string* g_torch_dir = nullptr;  // leaked on purpose
 
 void ReportInternalError(const char* where, const char* what) {
   if (g_failed.exchange(true)) return;
+  if (Session* s = Session::Get()) {
+    // The trace and the exit line must not read "all finite" after this.
+    s->writer().PutMeta("monitoring_stopped",
+                        absl::StrCat("internal error in ", where, ": ", what));
+  }
   fprintf(stderr,
           "nanhunt: internal error in %s (%s); monitoring is off for the rest "
           "of this process, training goes on.\n",

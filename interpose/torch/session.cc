@@ -185,7 +185,7 @@ void Session::Finish() {
         origin->phase, origin->step, origin->source.empty() ? "" : " — ",
         origin->source);
   } else {
-    absl::StrAppend(&line, "\nnanhunt: no non-finite values seen");
+    absl::StrAppend(&line, "\nnanhunt: no non-finite values seen in what was checked");
   }
   absl::StrAppend(&line, "\nnanhunt: details: nanhunt view ",
                   config_.out_dir);

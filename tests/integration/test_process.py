@@ -140,3 +140,12 @@ def test_outputs_the_check_cannot_read_are_counted_not_called_finite(out, tmp_pa
     assert r.returncode == 0, r.stderr
     report = view_json(out)
     assert any("were not checked" in p for p in report["problems"]), report["problems"]
+
+
+def test_torch_compile_tracing_does_not_switch_monitoring_off(out):
+    r = preload_run([PYTHON, SCRIPTS / "compiled_then_overflow.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr
+    report = view_json(out)
+    assert report["first_origin"]["op"] == "aten::dot"
+    assert not any("monitoring stopped" in p for p in report["problems"])
