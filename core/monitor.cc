@@ -109,6 +109,11 @@ std::optional<FindingRow> Monitor::first_origin() const {
   return first_origin_;
 }
 
+std::optional<FindingRow> Monitor::last_origin() const {
+  absl::MutexLock lock(&mu_);
+  return last_origin_;
+}
+
 Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
   Format format = Format::kF32;
   const CheckCounts total = Total(e.outputs, format);
@@ -235,6 +240,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     if (verdict == Verdict::kOrigin) row.fp32_max_abs = context.RecomputeFp32MaxAbs();
   }
   absl::MutexLock lock(&mu_);
+  if (verdict != Verdict::kPropagated) last_origin_ = row;
   if (verdict != Verdict::kPropagated && !first_origin_) {
     first_origin_ = row;
     if (notify_) {

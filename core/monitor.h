@@ -119,8 +119,9 @@ class Monitor {
   // themselves when they end).
   void FlushStep();
 
-  // The first origin (or input finding) seen, if any.
+  // The first origin (or input finding) seen, if any, and the latest.
   std::optional<FindingRow> first_origin() const;
+  std::optional<FindingRow> last_origin() const;
   int64_t findings() const;
 
   // Sets a callback for lines meant for the user's stderr (warnings, the
@@ -170,6 +171,7 @@ class Monitor {
   bool step_trained_ ABSL_GUARDED_BY(mu_) = false;
   int64_t findings_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<FindingRow> first_origin_ ABSL_GUARDED_BY(mu_);
+  std::optional<FindingRow> last_origin_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> notify_ ABSL_GUARDED_BY(mu_);
 };
 

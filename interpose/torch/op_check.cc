@@ -173,6 +173,15 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   thread_local absl::flat_hash_map<std::pair<const char*, const char*>,
                                    OpTraits>
       cache;
+  // A config reload may change which ops are listed: start over.
+  thread_local uint64_t generation = 0;
+  if (Session* s = Session::Get()) {
+    const uint64_t now = s->live().generation.load(std::memory_order_relaxed);
+    if (now != generation) {
+      cache.clear();
+      generation = now;
+    }
+  }
   const auto key = std::make_pair(fn.name(), fn.overload_name());
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -180,9 +189,11 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.uninitialised = OutputsAreUninitialised(fn.name());
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
-  if (Session* s = Session::Get(); s != nullptr && !s->config().fp32_ops.empty()) {
-    traits.fp32_listed = MatchesOpPattern(fn.name(), fn.overload_name(),
-                                          s->config().fp32_ops);
+  if (Session* s = Session::Get()) {
+    absl::MutexLock lock(&s->live().mu);
+    traits.fp32_listed = !s->live().fp32_ops.empty() &&
+                         MatchesOpPattern(fn.name(), fn.overload_name(),
+                                          s->live().fp32_ops);
   }
   if (auto name = fn.operator_name()) {
     traits.handle = c10::Dispatcher::singleton().findOp(*name);

@@ -113,16 +113,22 @@ void ReportInternalError(const char* where, const char* what) {
 // directory, after the op's arguments are saved.
 void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
                           Session& session) {
-  const Config& config = session.config();
-  auto first = session.monitor().first_origin();
+  LiveSettings& live = session.live();
+  // The finding just made (with a reload to raise mid-run, not the first).
+  auto first = session.monitor().last_origin();
   if (!first) return;
+  std::string snapshot_dir;
+  {
+    absl::MutexLock lock(&live.mu);
+    snapshot_dir = live.snapshot_dir;
+  }
   std::string message = absl::StrFormat(
       "non-finite values first %s %s (%s) at step %d%s%s",
       first->kind == "origin" ? "produced by" : "entered through", first->op,
       first->phase, first->step, first->source.empty() ? "" : " at ",
       first->source);
-  if (!config.snapshot_dir.empty()) {
-    auto path = SaveSnapshot(config.snapshot_dir, traits.handle, frame.inputs, *first);
+  if (!snapshot_dir.empty()) {
+    auto path = SaveSnapshot(snapshot_dir, traits.handle, frame.inputs, *first);
     absl::StrAppend(&message, path.ok() ? "; snapshot: " + *path
                                         : "; no snapshot: " +
                                               std::string(path.status().message()));
@@ -130,7 +136,7 @@ void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
   session.writer().Add(EventRow{static_cast<double>(std::time(nullptr)),
                                 "stopped", message});
   session.writer().Flush();
-  if (config.on_nonfinite == OnNonFinite::kRaise &&
+  if (live.on_nonfinite.load() == OnNonFinite::kRaise &&
       RaiseInPython(("nanhunt: " + message).c_str())) {
     fprintf(stderr, "nanhunt: raising NonFiniteError: %s\n", message.c_str());
     return;
@@ -224,7 +230,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                          monitor.limits(), *g_torch_dir);
   const Verdict verdict = monitor.OnOp(event, context);
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kInput) &&
-      session->config().on_nonfinite != OnNonFinite::kContinue &&
+      session->live().on_nonfinite.load(std::memory_order_relaxed) !=
+          OnNonFinite::kContinue &&
       !g_guard_fired.exchange(true)) {
     StopAtFirstNonFinite(frame, traits, *session);
   }
@@ -266,7 +273,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
         break;
       default: {
-        if (Session::Get()->config().autocast_bf16) {
+        if (Session::Get()->live().autocast_bf16.load(std::memory_order_relaxed)) {
           // NANHUNT_AUTOCAST_DTYPE=bf16. The user's autocast context puts
           // its own dtype back on exit.
           if (torch_compat::SwitchAutocastFp16ToBf16(at::kCPU) ||
@@ -360,6 +367,18 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       fflush(stderr);
       _exit(2);
     }
+    (*session)->set_on_reload([](const Config& before, const Config& after) {
+      std::vector<std::string> added;
+      for (const std::string& p : after.fp32_ops) {
+        if (std::find(before.fp32_ops.begin(), before.fp32_ops.end(), p) ==
+            before.fp32_ops.end()) {
+          added.push_back(p);
+        }
+      }
+      if (absl::Status s = InstallFp32Fallback(added); !s.ok()) {
+        fprintf(stderr, "nanhunt: %s (reload)\n", std::string(s.message()).c_str());
+      }
+    });
     (*session)->set_on_finish([](TraceWriter& w) {
       const ScanTotals totals = GetScanTotals();
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));

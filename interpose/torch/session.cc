@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/quiet_thread.h"
 #include "core/trace_schema.h"
@@ -96,6 +98,56 @@ void WatchForTermination() {
   kill(getpid(), sig);
 }
 
+// Config file edits apply within a second; SIGUSR1 (when the host left it
+// at its default, which would kill the process) applies them at once.
+int g_reload_pipe[2] = {-1, -1};
+
+void OnReloadSignal(int) {
+  const unsigned char byte = 1;
+  ssize_t ignored = write(g_reload_pipe[1], &byte, 1);
+  (void)ignored;
+}
+
+int64_t ModifiedNs(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+void WatchConfigFile(Session* session) {
+  if (pipe2(g_reload_pipe, O_CLOEXEC) != 0) return;
+  struct sigaction current {};
+  if (sigaction(SIGUSR1, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction action {};
+    action.sa_handler = OnReloadSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &action, nullptr);
+  }
+  const std::string path = session->config().config_file;
+  StartQuietThread([session, path] {
+    int64_t seen = ModifiedNs(path);
+    for (;;) {
+      pollfd p{g_reload_pipe[0], POLLIN, 0};
+      const int ready = poll(&p, 1, 1000);
+      if (!MonitoringActive() && g_finished.load()) return;
+      if (ready > 0) {
+        unsigned char byte;
+        ssize_t ignored = read(g_reload_pipe[0], &byte, 1);
+        (void)ignored;
+        seen = ModifiedNs(path);
+        session->Reload("SIGUSR1");
+        continue;
+      }
+      const int64_t now = ModifiedNs(path);
+      if (now != seen) {
+        seen = now;
+        session->Reload("config file changed");
+      }
+    }
+  }).detach();
+}
+
 void InstallTerminationFlush() {
   struct sigaction current {};
   if (sigaction(SIGTERM, nullptr, &current) != 0 ||
@@ -120,6 +172,15 @@ Session* Session::Get() { return g_session.load(std::memory_order_acquire); }
 
 Session::Session(Config config, std::unique_ptr<TraceWriter> writer)
     : config_(std::move(config)), writer_(std::move(writer)) {
+  live_.on_nonfinite = config_.on_nonfinite;
+  live_.autocast_bf16 = config_.autocast_bf16;
+  {
+    absl::MutexLock lock(&live_.mu);
+    live_.snapshot_dir = config_.snapshot_dir;
+    live_.fp32_ops = config_.fp32_ops;
+  }
+  absl::MutexLock lock(&reload_mu_);
+  current_ = config_;
   monitor_ = std::make_unique<Monitor>(config_, writer_.get());
   if (!config_.quiet) {
     monitor_->set_notify([](const std::string& line) {
@@ -164,8 +225,51 @@ absl::StatusOr<Session*> Session::Start(const std::string& torch_version) {
   pthread_atfork(nullptr, nullptr, OnForkChild);
   atexit(AtExit);
   InstallTerminationFlush();
+  if (!session->config().config_file.empty()) WatchConfigFile(session);
   g_active.store(true);
   return session;
+}
+
+void Session::Reload(const char* why) {
+  auto loaded = LoadConfigFromProcess();
+  const double now = static_cast<double>(std::time(nullptr));
+  if (!loaded.ok()) {
+    const std::string msg = absl::StrCat(
+        "config reload (", why, ") rejected, previous settings kept: ",
+        loaded.status().message());
+    fprintf(stderr, "nanhunt: %s\n", msg.c_str());
+    writer_->Add(EventRow{now, "config_rejected", msg});
+    return;
+  }
+  absl::MutexLock lock(&reload_mu_);
+  const Config before = current_;
+  const Config& after = *loaded;
+  std::vector<std::string> applied, ignored;
+  if (after.on_nonfinite != before.on_nonfinite) applied.push_back("NANHUNT_ON_NONFINITE");
+  if (after.autocast_bf16 != before.autocast_bf16) applied.push_back("NANHUNT_AUTOCAST_DTYPE");
+  if (after.snapshot_dir != before.snapshot_dir) applied.push_back("NANHUNT_SNAPSHOT_DIR");
+  if (after.fp32_ops != before.fp32_ops) applied.push_back("NANHUNT_FP32_OPS");
+  if (after.near_max != before.near_max) ignored.push_back("NANHUNT_NEAR_MAX");
+  if (after.out_dir != before.out_dir) ignored.push_back("NANHUNT_OUT");
+  if (after.mode != before.mode) ignored.push_back("NANHUNT_MODE");
+  if (applied.empty() && ignored.empty()) return;
+  live_.on_nonfinite = after.on_nonfinite;
+  live_.autocast_bf16 = after.autocast_bf16;
+  {
+    absl::MutexLock live_lock(&live_.mu);
+    live_.snapshot_dir = after.snapshot_dir;
+    live_.fp32_ops = after.fp32_ops;
+  }
+  live_.generation.fetch_add(1);
+  if (on_reload_) on_reload_(before, after);
+  current_ = after;
+  std::string detail = absl::StrCat("(", why, ") applied: ",
+                                    applied.empty() ? "nothing" : absl::StrJoin(applied, ", "));
+  if (!ignored.empty()) {
+    absl::StrAppend(&detail, "; needs a restart: ", absl::StrJoin(ignored, ", "));
+  }
+  writer_->Add(EventRow{now, "config_reloaded", detail});
+  if (!config_.quiet) fprintf(stderr, "nanhunt: config reloaded %s\n", detail.c_str());
 }
 
 void Session::Finish() {

@@ -3,16 +3,30 @@
 // translation units stay small.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <vector>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "core/config.h"
 #include "core/monitor.h"
 #include "core/trace_writer.h"
 
 namespace nanhunt {
+
+// The settings that may change while the process runs (config file edits,
+// SIGUSR1). Read on hot paths without locks.
+struct LiveSettings {
+  std::atomic<OnNonFinite> on_nonfinite{OnNonFinite::kContinue};
+  std::atomic<bool> autocast_bf16{false};
+  absl::Mutex mu;
+  std::string snapshot_dir ABSL_GUARDED_BY(mu);
+  std::vector<std::string> fp32_ops ABSL_GUARDED_BY(mu);
+  std::atomic<uint64_t> generation{0};  // bumped on every applied reload
+};
 
 class Session {
  public:
@@ -24,7 +38,19 @@ class Session {
   // Leaked on purpose: op callbacks may run during static destruction.
   static Session* Get();
 
+  // The configuration at start; what may change since is in live().
   const Config& config() const { return config_; }
+  LiveSettings& live() { return live_; }
+
+  // Called after a reload was applied, with the settings before and after
+  // (the plugin installs kernels for newly listed fp32 ops there).
+  void set_on_reload(std::function<void(const Config&, const Config&)> fn) {
+    on_reload_ = std::move(fn);
+  }
+
+  // Re-reads the environment and the config file and applies what may
+  // change at run time; records what happened in the trace. Thread-safe.
+  void Reload(const char* why);
   Monitor& monitor() { return *monitor_; }
   TraceWriter& writer() { return *writer_; }
 
@@ -43,6 +69,10 @@ class Session {
   std::unique_ptr<TraceWriter> writer_;
   std::unique_ptr<Monitor> monitor_;
   std::function<void(TraceWriter&)> on_finish_;
+  std::function<void(const Config&, const Config&)> on_reload_;
+  LiveSettings live_;
+  absl::Mutex reload_mu_;
+  Config current_ ABSL_GUARDED_BY(reload_mu_);
 };
 
 // False in a forked child and after Finish(): callbacks return at once.

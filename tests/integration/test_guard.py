@@ -4,9 +4,11 @@ import os
 import signal
 import sqlite3
 import stat
+import subprocess
+import time
 
-from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, clean_env, nanhunt_run,
-                      preload_run, run)
+from conftest import (DEMO, LIBNANHUNT, NANHUNT, PYTHON, SCRIPTS, clean_env,
+                      nanhunt_run, preload_run, run)
 
 
 def test_raise_stops_training_with_a_catchable_exception_naming_op_phase_step(out):
@@ -61,3 +63,46 @@ def test_snapshot_is_private_loads_with_torch_and_replays_the_overflow(out, tmp_
     assert rows["float16"][1] == "NO"
     assert rows["float32"][1] == "yes"
     assert float(rows["float32"][2]) > 65504
+
+
+def start_with_config(script, out, conf, text, steps):
+    """Starts SCRIPT monitored with config file CONF holding TEXT; returns
+    once it printed STEPS step lines."""
+    conf.write_text(text)
+    env = clean_env(LD_PRELOAD=LIBNANHUNT, NANHUNT_OUT=out, NANHUNT_CONFIG=conf,
+                    NANHUNT_QUIET=1)
+    proc = subprocess.Popen([PYTHON, str(SCRIPTS / script)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(steps):
+        assert proc.stdout.readline().startswith("step")
+    time.sleep(0.1)  # the edit gets a modification time of its own
+    return proc
+
+
+def test_config_file_edit_switches_the_guard_on_in_a_running_process(out, tmp_path):
+    conf = tmp_path / "nanhunt.conf"
+    proc = start_with_config("overflow_every_step.py", out, conf,
+                             "on_nonfinite = continue\n", 5)
+    conf.write_text("on_nonfinite = raise\n")
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    [caught] = [l for l in rest.splitlines() if l.startswith("caught")]
+    assert "aten::dot (forward)" in caught
+    steps = [l for l in rest.splitlines() if l.startswith("step")]
+    assert len(steps) < 100, "the edit must apply within seconds"
+    [trace] = out.glob("*.sqlite")
+    (detail,) = sqlite3.connect(trace).execute(
+        "SELECT detail FROM events WHERE kind = 'config_reloaded'").fetchone()
+    assert "applied: NANHUNT_ON_NONFINITE" in detail
+
+
+def test_bad_config_edit_is_rejected_and_the_run_goes_on(out, tmp_path):
+    conf = tmp_path / "nanhunt.conf"
+    proc = start_with_config("long_training.py", out, conf, "near_max = 1000\n", 3)
+    conf.write_text("on_nonfinite = sometimes\n")
+    time.sleep(2.5)
+    assert proc.poll() is None, "a bad edit must not stop training"
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert "config reload (config file changed) rejected" in err
+    assert "NANHUNT_ON_NONFINITE='sometimes'" in err
