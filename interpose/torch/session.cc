@@ -69,7 +69,23 @@ std::string DefaultRunId() {
   return absl::StrCat(buf, "-", getpid());
 }
 
-void OnForkChild() { g_active.store(false); }
+void OnTerminate(int sig);
+void OnReloadSignal(int);
+
+// A forked child (a DataLoader worker) is not traced, and must not keep our
+// signal handlers: they write to pipes the parent reads, so a SIGTERM sent
+// to a worker would end the parent.
+void OnForkChild() {
+  g_active.store(false);
+  struct sigaction current {};
+  if (sigaction(SIGTERM, nullptr, &current) == 0 && current.sa_handler == OnTerminate) {
+    signal(SIGTERM, SIG_DFL);
+  }
+  if (sigaction(SIGUSR1, nullptr, &current) == 0 &&
+      current.sa_handler == OnReloadSignal) {
+    signal(SIGUSR1, SIG_DFL);
+  }
+}
 
 void AtExit() {
   if (Session* s = g_session.load()) s->Finish();

@@ -1,4 +1,6 @@
 // Configuration: defaults, precise errors, the config file, and precedence.
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -61,7 +63,10 @@ TEST(Config, MisspeltVariableIsAnErrorNotSilence) {
 class ConfigFile : public ::testing::Test {
  protected:
   std::string Write(const std::string& text) {
-    path_ = ::testing::TempDir() + "/nanhunt_config_test.conf";
+    // One file per test and process: ctest runs the tests in parallel.
+    path_ = ::testing::TempDir() + "/nanhunt_config_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+            "_" + std::to_string(getpid()) + ".conf";
     std::ofstream(path_) << text;
     return path_;
   }

@@ -15,3 +15,17 @@ for epoch in range(2):
         loss.backward()
         opt.step()
 print("done", loss.item())
+
+# A worker killed with SIGTERM (as DataLoader does to workers that hang on
+# shutdown) must take only itself down.
+import os
+import signal
+
+it = iter(DataLoader(ds, batch_size=32, num_workers=1))
+next(it)
+worker = it._workers[0]
+os.kill(worker.pid, signal.SIGTERM)
+worker.join(timeout=10)
+print("worker exit code", worker.exitcode)
+del it
+print("parent alive")
