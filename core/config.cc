@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
@@ -36,6 +37,14 @@ std::optional<bool> ParseBool(absl::string_view v) {
   if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
   if (s == "0" || s == "false" || s == "off" || s == "no") return false;
   return std::nullopt;
+}
+
+// An op name or glob: aten::bmm, aten::*softmax*, aten::add.Tensor.
+bool IsOpPattern(absl::string_view p) {
+  return !p.empty() && std::all_of(p.begin(), p.end(), [](char ch) {
+    return absl::ascii_isalnum(ch) || ch == '_' || ch == ':' || ch == '.' ||
+           ch == '*' || ch == '?';
+  });
 }
 
 // Declared below; the appliers look their own SettingInfo up for messages.
@@ -149,24 +158,46 @@ const Setting kSettings[] = {
        return absl::OkStatus();
      }},
     {{"NANHUNT_FP32_OPS", "(none)",
-      "comma-separated op names or globs, e.g. aten::bmm,aten::*softmax*",
-      "under autocast these ops run in fp32, like autocast's own fp32 list: "
-      "inputs upcast, outputs fp32, gradients correct"},
+      "comma-separated op names or globs, e.g. aten::bmm,aten::*softmax*, "
+      "and/or auto",
+      "these ops run in fp32: under autocast like autocast's own fp32 list "
+      "(inputs upcast, outputs fp32, gradients correct); without autocast (a "
+      "model made .half()) they compute in fp32 and return the dtype they "
+      "would have. auto: an op that overflows or comes near the limit runs "
+      "in fp32 from its next call, and the list learned is written to a "
+      "policy file (see NANHUNT_POLICY)"},
      [](absl::string_view v, Config& c) {
        c.fp32_ops.clear();
+       c.fp32_auto = false;
        for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
          p = absl::StripAsciiWhitespace(p);
-         const bool ok = !p.empty() &&
-                         std::all_of(p.begin(), p.end(), [](char ch) {
-                           return absl::ascii_isalnum(ch) || ch == '_' ||
-                                  ch == ':' || ch == '.' || ch == '*' ||
-                                  ch == '?';
-                         });
-         if (!ok) return Invalid(Info("NANHUNT_FP32_OPS"), v);
+         if (absl::EqualsIgnoreCase(p, "auto")) {
+           c.fp32_auto = true;
+           continue;
+         }
+         if (!IsOpPattern(p)) return Invalid(Info("NANHUNT_FP32_OPS"), v);
          c.fp32_ops.emplace_back(p);
        }
-       if (c.fp32_ops.empty()) return Invalid(Info("NANHUNT_FP32_OPS"), v);
+       if (c.fp32_ops.empty() && !c.fp32_auto) {
+         return Invalid(Info("NANHUNT_FP32_OPS"), v);
+       }
        return absl::OkStatus();
+     }},
+    {{"NANHUNT_POLICY", "(none)",
+      "path to a policy file written by NANHUNT_FP32_OPS=auto",
+      "the ops listed there run in fp32 from the start (with auto, newly "
+      "learned ops are added to the same file)"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNonEmpty("NANHUNT_POLICY", v, c.policy_file);
+     }},
+    {{"NANHUNT_SKIP_NONFINITE_STEPS", "0", "0 or 1 (also true/false, on/off)",
+      "skip the optimizer update of a step whose gradients are not finite, "
+      "as GradScaler does (parameters and optimizer state stay as they "
+      "were); torch.optim optimizers; a GradScaler in the script keeps "
+      "deciding alone"},
+     [](absl::string_view v, Config& c) {
+       return ApplyBool("NANHUNT_SKIP_NONFINITE_STEPS", v,
+                        c.skip_nonfinite_steps);
      }},
     {{"NANHUNT_SNAPSHOT_DIR", "(none)", "a directory path (created, mode 0700)",
       "with raise or abort: first save the offending op's inputs and "
@@ -224,6 +255,13 @@ std::string KnownNames() {
   return absl::StrJoin(names, ", ");
 }
 
+// A config or policy file line without its `#` comment and blanks.
+absl::string_view Content(absl::string_view line) {
+  const size_t hash = line.find('#');
+  if (hash != absl::string_view::npos) line = line.substr(0, hash);
+  return absl::StripAsciiWhitespace(line);
+}
+
 // Reads `NAME = value` lines; names are normalised to NANHUNT_NAME.
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadFile(
     const std::string& path) {
@@ -236,10 +274,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ReadFile(
   std::vector<std::pair<std::string, std::string>> entries;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
-    absl::string_view rest = line;
-    const size_t hash = rest.find('#');
-    if (hash != absl::string_view::npos) rest = rest.substr(0, hash);
-    rest = absl::StripAsciiWhitespace(rest);
+    const absl::string_view rest = Content(line);
     if (rest.empty()) continue;
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(rest, absl::MaxSplits('=', 1));
@@ -298,7 +333,70 @@ absl::StatusOr<Config> LoadConfig(const EnvLookup& env,
       if (!st.ok()) return st;
     }
   }
+  if (!config.policy_file.empty()) {
+    // A first auto run may name the file it is about to write.
+    const bool may_be_missing =
+        config.fp32_auto && access(config.policy_file.c_str(), F_OK) != 0;
+    if (!may_be_missing) {
+      auto ops = ReadPolicyFile(config.policy_file);
+      if (!ops.ok()) return ops.status();
+      for (std::string& op : *ops) {
+        if (std::find(config.fp32_ops.begin(), config.fp32_ops.end(), op) ==
+            config.fp32_ops.end()) {
+          config.fp32_ops.push_back(std::move(op));
+        }
+      }
+    }
+  }
   return config;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadPolicyFile(
+    const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NANHUNT_POLICY='", path, "' cannot be read; allowed: ",
+        Info("NANHUNT_POLICY").allowed));
+  }
+  std::vector<std::string> ops;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const absl::string_view rest = Content(line);
+    if (rest.empty()) continue;
+    if (!IsOpPattern(rest)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "NANHUNT_POLICY: ", path, ":", number, ": '", rest,
+          "' is not an op name; allowed: one op name or glob per line, "
+          "e.g. aten::bmm"));
+    }
+    ops.emplace_back(rest);
+  }
+  return ops;
+}
+
+absl::Status WritePolicyFile(const std::string& path,
+                             const std::vector<std::string>& ops,
+                             const std::string& header) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) {
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+    for (absl::string_view l : absl::StrSplit(header, '\n')) {
+      out << "# " << l << "\n";
+    }
+    for (const std::string& op : ops) out << op << "\n";
+    if (!out.flush()) {
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot replace ", path));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Config> LoadConfigFromProcess() {
@@ -332,7 +430,11 @@ std::string DescribeConfig(const Config& c) {
                                                : "abort",
       c.snapshot_dir.empty() ? "" : "\nNANHUNT_SNAPSHOT_DIR=", c.snapshot_dir,
       c.autocast_bf16 ? "\nNANHUNT_AUTOCAST_DTYPE=bf16" : "",
-      c.fp32_ops.empty() ? "" : "\nNANHUNT_FP32_OPS=", absl::StrJoin(c.fp32_ops, ","),
+      c.fp32_ops.empty() && !c.fp32_auto ? "" : "\nNANHUNT_FP32_OPS=",
+      absl::StrJoin(c.fp32_ops, ","),
+      c.fp32_auto ? (c.fp32_ops.empty() ? "auto" : ",auto") : "",
+      c.policy_file.empty() ? "" : "\nNANHUNT_POLICY=", c.policy_file,
+      c.skip_nonfinite_steps ? "\nNANHUNT_SKIP_NONFINITE_STEPS=1" : "",
       c.config_file.empty() ? "" : "\nNANHUNT_CONFIG=", c.config_file);
 }
 

@@ -33,6 +33,11 @@ struct Config {
   OnNonFinite on_nonfinite = OnNonFinite::kContinue;
   bool autocast_bf16 = false;  // fp16 autocast regions run in bf16
   std::vector<std::string> fp32_ops;  // op names or globs run in fp32
+  // NANHUNT_FP32_OPS=auto: ops that overflow or come near the limit are
+  // switched to fp32 from their next call on.
+  bool fp32_auto = false;
+  std::string policy_file;  // NANHUNT_POLICY: fp32 ops learned by a run
+  bool skip_nonfinite_steps = false;  // GradScaler-style skipping
   std::string snapshot_dir;  // empty: no snapshot
   std::string torch_plugin;  // empty: next to libnanhunt.so
   std::string run_id;        // empty: one per process
@@ -64,6 +69,17 @@ absl::StatusOr<Config> LoadConfig(const EnvLookup& env,
 
 // LoadConfig over the process environment.
 absl::StatusOr<Config> LoadConfigFromProcess();
+
+// Reads a policy file (op names or globs, one per line, `#` comments) as
+// written by NANHUNT_FP32_OPS=auto. Errors name NANHUNT_POLICY, the file and
+// the bad line.
+absl::StatusOr<std::vector<std::string>> ReadPolicyFile(const std::string& path);
+
+// Writes `ops` as a policy file ReadPolicyFile reads back, with a header
+// saying where it came from. Replaces the file atomically.
+absl::Status WritePolicyFile(const std::string& path,
+                             const std::vector<std::string>& ops,
+                             const std::string& header);
 
 // The configuration as `NAME=value` lines, for the trace's metadata.
 std::string DescribeConfig(const Config& config);

@@ -140,6 +140,13 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
       MergeCounts(s.counts, t.counts);
     }
     if (nonfinite) ++step_nonfinite_ops_;
+    if (nonfinite && e.phase == Phase::kBackward &&
+        step_bad_backward_op_.empty()) {
+      // The op the autograd node called (mul), not a helper inside it (the
+      // copy_ that made its scalar operand).
+      step_bad_backward_op_ = std::string(e.top_op.empty() ? e.op : e.top_op);
+      step_bad_forward_op_ = std::string(e.forward_op);
+    }
     if (std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
     if (!nonfinite && total.near_max > 0) {
       const double last = state.near_reported[p];
@@ -297,6 +304,29 @@ void Monitor::OnScalerUpdate(double scale, bool skipped) {
   if (s.advanced) WriteStepLocked(s.step, clock_());
 }
 
+std::string Monitor::OnStepSkipped() {
+  absl::MutexLock lock(&mu_);
+  ++skipped_steps_;
+  SkipRow row{steps_.step(), step_bad_backward_op_, step_bad_forward_op_,
+              clock_()};
+  std::string line = absl::StrCat(
+      "skipped the optimizer step at step ", row.step,
+      ": non-finite gradients",
+      row.first_op.empty()
+          ? " (no checked backward op made them)"
+          : absl::StrCat(", first made by ", row.first_op,
+                         row.forward_op.empty()
+                             ? ""
+                             : absl::StrCat(" (backward of ", row.forward_op, ")")));
+  if (writer_) writer_->Add(std::move(row));
+  return line;
+}
+
+int64_t Monitor::skipped_steps() const {
+  absl::MutexLock lock(&mu_);
+  return skipped_steps_;
+}
+
 void Monitor::OnOptimizerStepEnd() {
   absl::MutexLock lock(&mu_);
   WriteStepLocked(steps_.step(), clock_());
@@ -348,6 +378,8 @@ void Monitor::WriteStepLocked(int64_t step, double now) {
   step_origins_ = 0;
   step_findings_ = 0;
   step_max_abs_ = 0;
+  step_bad_backward_op_.clear();
+  step_bad_forward_op_.clear();
   step_started_ = now;
 }
 

@@ -115,6 +115,13 @@ class Monitor {
   // gradients, so the optimizer step was skipped.
   void OnScalerUpdate(double scale, bool skipped);
 
+  // The optimizer update of the current step does not happen
+  // (NANHUNT_SKIP_NONFINITE_STEPS found non-finite gradients): records the
+  // skip with the backward op that first made non-finite values this step,
+  // and returns a line for the user.
+  std::string OnStepSkipped();
+  int64_t skipped_steps() const;
+
   // Writes the current step's statistics (at exit; steps also flush
   // themselves when they end).
   void FlushStep();
@@ -165,6 +172,11 @@ class Monitor {
   int64_t step_origins_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_findings_ ABSL_GUARDED_BY(mu_) = 0;
   double step_max_abs_ ABSL_GUARDED_BY(mu_) = 0;
+  // The first backward op with non-finite outputs in this step, and its
+  // forward op: where non-finite gradients came from.
+  std::string step_bad_backward_op_ ABSL_GUARDED_BY(mu_);
+  std::string step_bad_forward_op_ ABSL_GUARDED_BY(mu_);
+  int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
   // The step ran forward ops on parameters or backward ops: training, not
   // the bookkeeping after the last step (logging, saving).

@@ -45,6 +45,16 @@ struct LossScaleRow {
   bool skipped = false;
 };
 
+// An optimizer step nanhunt skipped (NANHUNT_SKIP_NONFINITE_STEPS): its
+// gradients were not finite. `first_op` is the backward op that first made
+// non-finite values in that step (`forward_op` the forward op it belongs
+// to); empty when no checked op did (the gradients came in from outside).
+struct SkipRow {
+  int64_t step = 0;
+  std::string first_op, forward_op;
+  double time = 0;
+};
+
 // Something that happened to the run itself (config change, warning).
 struct EventRow {
   double time = 0;

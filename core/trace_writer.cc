@@ -70,6 +70,8 @@ TraceWriter::TraceWriter(std::string path, sqlite3* db,
                      &event_stmt_, nullptr);
   sqlite3_prepare_v2(db_, "INSERT INTO loss_scale VALUES(?,?,?)", -1,
                      &scale_stmt_, nullptr);
+  sqlite3_prepare_v2(db_, "INSERT INTO skipped_steps VALUES(?,?,?,?)", -1,
+                     &skip_stmt_, nullptr);
   thread_ = StartQuietThread([this] { Run(); });
 }
 
@@ -77,7 +79,7 @@ TraceWriter::~TraceWriter() {
   Close();
   for (sqlite3_stmt* s :
        {meta_stmt_, stats_stmt_, finding_stmt_, step_stmt_, event_stmt_,
-        scale_stmt_}) {
+        scale_stmt_, skip_stmt_}) {
     sqlite3_finalize(s);
   }
   sqlite3_close(db_);
@@ -98,6 +100,7 @@ void TraceWriter::Add(FindingRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(StepRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(EventRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(LossScaleRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(SkipRow row) { Enqueue(std::move(row)); }
 
 void TraceWriter::Flush(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
@@ -220,6 +223,12 @@ void TraceWriter::Write(const Row& row) {
     sqlite3_bind_int64(s, 1, l->step);
     sqlite3_bind_double(s, 2, l->scale);
     sqlite3_bind_int64(s, 3, l->skipped ? 1 : 0);
+  } else if (const auto* k = std::get_if<SkipRow>(&row)) {
+    s = skip_stmt_;
+    sqlite3_bind_int64(s, 1, k->step);
+    BindText(s, 2, k->first_op);
+    BindText(s, 3, k->forward_op);
+    sqlite3_bind_double(s, 4, k->time);
   } else if (const auto* e = std::get_if<EventRow>(&row)) {
     s = event_stmt_;
     sqlite3_bind_double(s, 1, e->time);

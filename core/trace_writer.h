@@ -41,6 +41,7 @@ class TraceWriter {
   void Add(StepRow row);
   void Add(EventRow row);
   void Add(LossScaleRow row);
+  void Add(SkipRow row);
 
   // Commits everything queued so far; returns when it is on disk (or when
   // `timeout` passed). Thread-safe.
@@ -59,7 +60,7 @@ class TraceWriter {
     std::string key, value;
   };
   using Row = std::variant<MetaRow, OpStatsRow, FindingRow, StepRow, EventRow,
-                           LossScaleRow>;
+                           LossScaleRow, SkipRow>;
 
   TraceWriter(std::string path, sqlite3* db,
               std::chrono::milliseconds flush_interval);
@@ -78,6 +79,7 @@ class TraceWriter {
   sqlite3_stmt* step_stmt_ = nullptr;
   sqlite3_stmt* event_stmt_ = nullptr;
   sqlite3_stmt* scale_stmt_ = nullptr;
+  sqlite3_stmt* skip_stmt_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::vector<Row> queue_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -130,6 +131,36 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
         if (l.skipped) s.skipped_steps.push_back(l.step);
       }
     }
+    if (auto it = t.meta.find("fp32_ops"); it != t.meta.end()) {
+      for (absl::string_view kv : absl::StrSplit(it->second, ',', absl::SkipEmpty())) {
+        const std::pair<std::string, std::string> parts = absl::StrSplit(kv, '=');
+        int64_t calls = 0;
+        if (!absl::SimpleAtoi(parts.second, &calls)) continue;
+        auto known = std::find_if(s.fp32_ops.begin(), s.fp32_ops.end(),
+                                  [&](const auto& e) { return e.first == parts.first; });
+        if (known == s.fp32_ops.end()) {
+          s.fp32_ops.emplace_back(parts.first, calls);
+        } else {
+          known->second += calls;
+        }
+      }
+    }
+    if (auto it = t.meta.find("fp32_learned"); it != t.meta.end()) {
+      for (absl::string_view op : absl::StrSplit(it->second, ',', absl::SkipEmpty())) {
+        if (std::find(s.fp32_learned.begin(), s.fp32_learned.end(), op) ==
+            s.fp32_learned.end()) {
+          s.fp32_learned.emplace_back(op);
+        }
+      }
+      if (auto p = t.meta.find("fp32_policy"); p != t.meta.end()) {
+        s.fp32_policy = p->second;
+      }
+    }
+    if (auto it = t.meta.find("autocast_switched_to_bf16"); it != t.meta.end()) {
+      int64_t n = 0;
+      if (absl::SimpleAtoi(it->second, &n)) s.bf16_switches += n;
+    }
+    if (s.nanhunt_skips.empty()) s.nanhunt_skips = t.skips;  // ranks agree
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
@@ -283,6 +314,53 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                     FormatAbs(s.loss_scale.back().scale), " at step ",
                     s.loss_scale.back().step, "\n");
   }
+  if (!s.fp32_ops.empty() || !s.fp32_learned.empty() || s.bf16_switches > 0 ||
+      !s.nanhunt_skips.empty()) {
+    absl::StrAppend(&out, "\n", bold, "INTERVENTIONS", reset,
+                    " (what nanhunt changed in this run)\n");
+    if (!s.fp32_ops.empty()) {
+      std::vector<std::string> parts;
+      for (const auto& [op, calls] : s.fp32_ops) {
+        // An op autocast only reaches through another (bmm in matmul) ran
+        // in fp32 as part of that one.
+        if (calls > 0) parts.push_back(absl::StrCat(op, " x", calls));
+      }
+      absl::StrAppend(&out, "  ran in fp32: ", Fit(absl::StrJoin(parts, ", "), w - 16), "\n");
+    }
+    if (!s.fp32_learned.empty()) {
+      absl::StrAppend(&out, "  learned by NANHUNT_FP32_OPS=auto: ",
+                      absl::StrJoin(s.fp32_learned, ", "), "\n");
+      if (!s.fp32_policy.empty()) {
+        absl::StrAppend(&out, "    a later run loads them with NANHUNT_POLICY=",
+                        s.fp32_policy, "\n");
+      }
+      absl::StrAppend(&out, "    to fix it in the code: run these ops in fp32 "
+                            "(inputs .float(), inside torch.autocast(..., "
+                            "enabled=False))\n");
+    }
+    if (s.bf16_switches > 0) {
+      absl::StrAppend(&out, "  fp16 autocast regions ran in bf16: ",
+                      s.bf16_switches, " times\n");
+    }
+    if (!s.nanhunt_skips.empty()) {
+      std::vector<int64_t> steps;
+      std::map<std::string, int> culprits;
+      for (const SkipRow& k : s.nanhunt_skips) {
+        steps.push_back(k.step);
+        ++culprits[k.first_op.empty()
+                       ? "no checked op"
+                       : k.forward_op.empty()
+                             ? k.first_op
+                             : absl::StrCat(k.first_op, " (backward of ", k.forward_op, ")")];
+      }
+      std::vector<std::string> by;
+      for (const auto& [op, n] : culprits) by.push_back(absl::StrCat(op, " x", n));
+      absl::StrAppend(&out, "  optimizer steps skipped for non-finite gradients: ",
+                      steps.size(), ": steps ", Fit(StepRanges(steps), w / 2),
+                      "\n    gradients first non-finite in: ",
+                      Fit(absl::StrJoin(by, ", "), w - 36), "\n");
+    }
+  }
   absl::StrAppend(&out, "\n", bold, "STEPS WITH NON-FINITE VALUES", reset, "\n  ",
                   s.nonfinite_steps.empty() ? "none"
                                             : Fit(StepRanges(s.nonfinite_steps), w - 2),
@@ -387,6 +465,25 @@ std::string RenderJson(const RunSummary& s) {
   j.Key("skipped_steps").BeginArray();
   for (int64_t st : s.skipped_steps) j.Int(st);
   j.EndArray();
+  j.Key("interventions").BeginObject();
+  j.Key("fp32_ops").BeginObject();
+  for (const auto& [op, calls] : s.fp32_ops) j.Key(op).Int(calls);
+  j.EndObject();
+  j.Key("fp32_learned").BeginArray();
+  for (const auto& op : s.fp32_learned) j.String(op);
+  j.EndArray();
+  j.Key("fp32_policy").String(s.fp32_policy);
+  j.Key("bf16_switches").Int(s.bf16_switches);
+  j.Key("skipped_steps").BeginArray();
+  for (const SkipRow& k : s.nanhunt_skips) {
+    j.BeginObject();
+    j.Key("step").Int(k.step);
+    j.Key("first_op").String(k.first_op);
+    j.Key("forward_op").String(k.forward_op);
+    j.EndObject();
+  }
+  j.EndArray();
+  j.EndObject();
   j.Key("skipped_fraction");
   if (s.loss_scale.empty()) {
     j.Null();

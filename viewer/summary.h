@@ -28,6 +28,12 @@ struct RunSummary {
   std::vector<int64_t> nonfinite_steps;
   std::vector<LossScaleRow> loss_scale;  // of the first trace that has one
   std::vector<int64_t> skipped_steps;    // steps GradScaler skipped
+  // What nanhunt changed in the run (interventions switched on).
+  std::vector<std::pair<std::string, int64_t>> fp32_ops;  // op, calls in fp32
+  std::vector<std::string> fp32_learned;  // NANHUNT_FP32_OPS=auto
+  std::string fp32_policy;                // where auto wrote them
+  int64_t bf16_switches = 0;              // autocast regions run in bf16
+  std::vector<SkipRow> nanhunt_skips;     // NANHUNT_SKIP_NONFINITE_STEPS
   int64_t steps = 0, origins = 0, inputs = 0, propagated = 0;
   std::vector<std::string> problems;   // "<trace>: <problem>"
 };

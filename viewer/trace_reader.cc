@@ -164,6 +164,23 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
           },
           t.problems);
   }
+  bool has_skips = false;  // schema 3 and later
+  Query(db, "sqlite_master",
+        "SELECT 1 FROM sqlite_master WHERE name = 'skipped_steps'",
+        [&](sqlite3_stmt*) { has_skips = true; }, t.problems);
+  if (has_skips) {
+    Query(db, "skipped_steps",
+          "SELECT step, first_op, forward_op, time FROM skipped_steps ORDER BY rowid",
+          [&](sqlite3_stmt* s) {
+            SkipRow r;
+            r.step = sqlite3_column_int64(s, 0);
+            r.first_op = Text(s, 1);
+            r.forward_op = Text(s, 2);
+            r.time = sqlite3_column_double(s, 3);
+            t.skips.push_back(std::move(r));
+          },
+          t.problems);
+  }
   sqlite3_close(db);
   if (t.meta.empty() && !t.problems.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -29,6 +29,7 @@ struct Trace {
   std::vector<OpTotals> ops;
   std::vector<StepRow> steps;
   std::vector<LossScaleRow> loss_scale;  // GradScaler updates, in order
+  std::vector<SkipRow> skips;  // optimizer steps nanhunt skipped (schema 3)
   std::vector<std::string> problems;  // what could not be read, and why
 };
 

@@ -8,6 +8,9 @@
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -16,10 +19,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "core/op_policy.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/fp32_fallback.h"
+#include "interpose/torch/nvml_gpus.h"
 #include "interpose/torch/op_check.h"
 #include "interpose/torch/python_api.h"
 #include "interpose/torch/snapshot.h"
@@ -154,6 +159,96 @@ Phase CurrentPhase(const ThreadState& ts) {
 
 constexpr char kScalerUpdate[] = "aten::_amp_update_scale_";
 
+// This plugin's own file, for finding nanhunt's files next to it.
+std::string PluginPath() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&PluginPath), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return "";
+  }
+  return info.dli_fname;
+}
+
+// NANHUNT_SKIP_NONFINITE_STEPS: registers step_guard.py's optimizer hooks,
+// once, at the first optimizer step (torch.optim cannot be imported while
+// torch itself is still being imported, when this plugin starts). The hooks
+// are registered inside Optimizer.step's record, before it reads them.
+void InstallStepGuard() {
+  static std::atomic<bool> tried{false};
+  if (tried.exchange(true)) return;
+  const std::string lib = PluginPath();
+  const std::string script =
+      lib.substr(0, lib.rfind('/')) + "/../share/nanhunt/step_guard.py";
+  static constexpr char kInstall[] = R"py(
+try:
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location("nanhunt_step_guard", SCRIPT)
+    _guard = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_guard)
+    _guard.install(LIBRARY)
+except Exception as e:
+    import sys
+    print(f"nanhunt: NANHUNT_SKIP_NONFINITE_STEPS cannot work here ({e!r}); "
+          "no step is skipped", file=sys.stderr)
+)py";
+  if (!RunPython(kInstall, {{"SCRIPT", script}, {"LIBRARY", lib}})) {
+    fprintf(stderr,
+            "nanhunt: NANHUNT_SKIP_NONFINITE_STEPS needs torch.optim in a "
+            "Python process; no step is skipped\n");
+  }
+}
+
+bool HasFp16Output(const std::vector<TensorFacts>& outputs) {
+  for (const TensorFacts& t : outputs) {
+    if (t.format == Format::kF16) return true;
+  }
+  return false;
+}
+
+// NANHUNT_FP32_OPS=auto: the op that overflowed or came near the limit runs
+// in fp32 from its next call on, with the op autocast reached it through.
+void LearnFromFinding(const at::RecordFunction& fn, const Frame* top,
+                      Verdict verdict, Session& session) {
+  std::vector<std::string> learned;
+  if (auto name = fn.operator_name(); name && LearnFp32Op(*name)) {
+    learned.push_back(name->name);
+  }
+  if (top != nullptr && top->autocast_on) {
+    if (auto name = top->fn->operator_name(); name && LearnFp32Op(*name)) {
+      learned.push_back(name->name);
+    }
+  }
+  if (learned.empty()) return;
+  const int64_t step = session.monitor().step();
+  const std::string why =
+      verdict == Verdict::kOrigin ? "made non-finite values" : "came near fp16's limit";
+  session.writer().Add(EventRow{
+      static_cast<double>(std::time(nullptr)), "fp32_learned",
+      absl::StrCat(absl::StrJoin(learned, ", "), " run", learned.size() > 1 ? "" : "s",
+                   " in fp32 from the next call: ", fn.name(), " ", why,
+                   " at step ", step)});
+  if (!session.config().quiet) {
+    fprintf(stderr, "nanhunt: NANHUNT_FP32_OPS=auto: %s now run%s in fp32 (%s %s at step %lld)\n",
+            absl::StrJoin(learned, ", ").c_str(), learned.size() > 1 ? "" : "s",
+            fn.name(), why.c_str(), static_cast<long long>(step));
+  }
+  std::vector<std::string> policy = session.config().fp32_ops;
+  for (std::string& op : LearnedFp32Ops()) {
+    if (std::find(policy.begin(), policy.end(), op) == policy.end()) {
+      policy.push_back(std::move(op));
+    }
+  }
+  absl::Status written = WritePolicyFile(
+      session.PolicyPath(), policy,
+      absl::StrCat("fp32 ops learned by NANHUNT_FP32_OPS=auto (run ",
+                   session.writer().path(), ").\nLoad with NANHUNT_POLICY=",
+                   session.PolicyPath(), "; one op per line."));
+  if (!written.ok()) {
+    fprintf(stderr, "nanhunt: cannot write the fp32 policy: %s\n",
+            std::string(written.message()).c_str());
+  }
+}
+
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   const OpTraits& traits = TraitsOf(fn);
@@ -229,6 +324,11 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                          traits,
                          monitor.limits(), *g_torch_dir);
   const Verdict verdict = monitor.OnOp(event, context);
+  if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) &&
+      session->live().fp32_auto.load(std::memory_order_relaxed) &&
+      HasFp16Output(ts.output_facts)) {
+    LearnFromFinding(fn, top, verdict, *session);
+  }
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kInput) &&
       session->live().on_nonfinite.load(std::memory_order_relaxed) !=
           OnNonFinite::kContinue &&
@@ -264,6 +364,12 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           f.kind = FrameKind::kOptimizer;
           ++ts.optimizer_depth;
           Session::Get()->monitor().OnOptimizerStepBegin();
+          if (Session::Get()->live().skip_nonfinite_steps.load(
+                  std::memory_order_relaxed)) {
+            ts.busy = true;  // importing the hooks runs no op of the model
+            InstallStepGuard();
+            ts.busy = false;
+          }
         } else {
           f.kind = FrameKind::kOther;
         }
@@ -273,6 +379,14 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
         break;
       default: {
+        // Between ops only (see fp32_fallback.h): not inside another op.
+        if (ts.depth == 1 || ts.frames[ts.depth - 2].kind != FrameKind::kOp) {
+          bool top_level = true;
+          for (size_t i = 0; i + 1 < ts.depth && top_level; ++i) {
+            top_level = ts.frames[i].kind != FrameKind::kOp;
+          }
+          if (top_level) EnableFp32OnThisThread();
+        }
         if (Session::Get()->live().autocast_bf16.load(std::memory_order_relaxed)) {
           // NANHUNT_AUTOCAST_DTYPE=bf16. The user's autocast context puts
           // its own dtype back on exit.
@@ -351,6 +465,29 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
 }  // namespace
 }  // namespace nanhunt
 
+// Called by step_guard.py (through ctypes) around its own gradient checks:
+// they are nanhunt's ops, not the model's.
+extern "C" __attribute__((visibility("default"))) void nanhunt_quiet(int on) {
+  nanhunt::t_state.busy = on != 0;
+}
+
+// Called by step_guard.py when it holds back an optimizer update.
+extern "C" __attribute__((visibility("default"))) void nanhunt_step_skipped() {
+  using namespace nanhunt;
+  try {
+    Session* session = Session::Get();
+    if (session == nullptr || !MonitoringActive()) return;
+    const std::string line = session->monitor().OnStepSkipped();
+    const int64_t skipped = session->monitor().skipped_steps();
+    if (!session->config().quiet && skipped <= 10) {
+      fprintf(stderr, "nanhunt: %s%s\n", line.c_str(),
+              skipped == 10 ? " (further skips only in the trace)" : "");
+    }
+  } catch (...) {
+    ReportInternalError("step skip", "unknown exception");
+  }
+}
+
 // Entry point called by libnanhunt.so right after loading this plugin.
 extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
   using namespace nanhunt;
@@ -360,6 +497,19 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       fprintf(stderr, "nanhunt: %s; monitoring is off for this process.\n",
               std::string(session.status().message()).c_str());
       return 1;
+    }
+    if ((*session)->config().autocast_bf16) {
+      const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+      absl::Status s = CheckBf16Support(VisibleGpus(
+          NvmlGpus(), visible ? std::optional<std::string>(visible) : std::nullopt));
+      if (!s.ok()) {
+        fprintf(stderr, "nanhunt: %s\n", std::string(s.message()).c_str());
+        fflush(stderr);
+        _exit(2);
+      }
+    }
+    if (!(*session)->config().fp32_ops.empty() || (*session)->config().fp32_auto) {
+      PrepareFp32Fallback();  // between ops: torch is still being loaded
     }
     if (absl::Status s = InstallFp32Fallback((*session)->config().fp32_ops); !s.ok()) {
       // A misspelt op name is as bad as a misspelt setting: stop now.
@@ -386,6 +536,24 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));
       w.PutMeta("autocast_switched_to_bf16", absl::StrCat(g_autocast_switches.load()));
       w.PutMeta("fp32_ops", Fp32FallbackCounts());
+      Session* session = Session::Get();
+      w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
+      const std::vector<std::string> learned = LearnedFp32Ops();
+      if (!learned.empty()) {
+        w.PutMeta("fp32_learned", absl::StrJoin(learned, ","));
+        w.PutMeta("fp32_policy", session->PolicyPath());
+        if (session->config().exit_summary) {
+          fprintf(stderr,
+                  "nanhunt: fp32 ops learned (NANHUNT_FP32_OPS=auto): %s\n"
+                  "nanhunt:   saved in %s; a later run loads them with "
+                  "NANHUNT_POLICY=%s\n"
+                  "nanhunt:   to fix it in the code: run these ops in fp32 "
+                  "(inputs .float(), inside torch.autocast(..., "
+                  "enabled=False))\n",
+                  absl::StrJoin(learned, ", ").c_str(),
+                  session->PolicyPath().c_str(), session->PolicyPath().c_str());
+        }
+      }
       if (totals.unchecked > 0 && !totals.unchecked_on_device) {
         w.PutMeta("unchecked_reason",
                   "sparse, meta or other non-CPU tensors the check does not read");

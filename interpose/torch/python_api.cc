@@ -94,4 +94,28 @@ bool RaiseInPython(const char* message) {
   return raised;
 }
 
+bool RunPython(const char* code,
+               const std::vector<std::pair<const char*, std::string>>& strings) {
+  const PythonApi& py = Python();
+  if (!py.ok || !py.IsInitialized() || py.IsFinalizing()) return false;
+  const int gil = py.GilEnsure();
+  bool ok = false;
+  void* globals = py.DictNew();
+  if (globals != nullptr) {
+    ok = true;
+    for (const auto& [name, value] : strings) {
+      void* text = py.UnicodeFromString(value.c_str());
+      ok = ok && text != nullptr && py.DictSetItemString(globals, name, text) == 0;
+      if (text != nullptr) py.DecRef(text);
+    }
+    void* result = ok ? py.RunString(code, kFileInput, globals, globals) : nullptr;
+    ok = result != nullptr;
+    if (result != nullptr) py.DecRef(result);
+    py.DecRef(globals);
+  }
+  if (!ok) py.ErrClear();
+  py.GilRelease(gil);
+  return ok;
+}
+
 }  // namespace nanhunt

@@ -3,6 +3,10 @@
 // All exist, with these signatures, in CPython 3.9 through 3.13.
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace nanhunt {
 
 struct PythonApi {
@@ -41,5 +45,11 @@ const PythonApi& Python();
 // Python state): Python raises it when the current op returns to Python
 // code. Returns false when that is not possible (no Python).
 bool RaiseInPython(const char* message);
+
+// Runs `code` as a module body with each of `strings` bound as a global str,
+// holding the GIL. False when there is no Python or the code raised (the
+// exception is cleared: the code reports its own errors).
+bool RunPython(const char* code,
+               const std::vector<std::pair<const char*, std::string>>& strings);
 
 }  // namespace nanhunt

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -190,6 +191,8 @@ Session::Session(Config config, std::unique_ptr<TraceWriter> writer)
     : config_(std::move(config)), writer_(std::move(writer)) {
   live_.on_nonfinite = config_.on_nonfinite;
   live_.autocast_bf16 = config_.autocast_bf16;
+  live_.fp32_auto = config_.fp32_auto;
+  live_.skip_nonfinite_steps = config_.skip_nonfinite_steps;
   {
     absl::MutexLock lock(&live_.mu);
     live_.snapshot_dir = config_.snapshot_dir;
@@ -264,13 +267,21 @@ void Session::Reload(const char* why) {
   if (after.on_nonfinite != before.on_nonfinite) applied.push_back("NANHUNT_ON_NONFINITE");
   if (after.autocast_bf16 != before.autocast_bf16) applied.push_back("NANHUNT_AUTOCAST_DTYPE");
   if (after.snapshot_dir != before.snapshot_dir) applied.push_back("NANHUNT_SNAPSHOT_DIR");
-  if (after.fp32_ops != before.fp32_ops) applied.push_back("NANHUNT_FP32_OPS");
+  if (after.fp32_ops != before.fp32_ops || after.fp32_auto != before.fp32_auto) {
+    applied.push_back("NANHUNT_FP32_OPS");
+  }
+  if (after.skip_nonfinite_steps != before.skip_nonfinite_steps) {
+    applied.push_back("NANHUNT_SKIP_NONFINITE_STEPS");
+  }
+  if (after.policy_file != before.policy_file) ignored.push_back("NANHUNT_POLICY");
   if (after.near_max != before.near_max) ignored.push_back("NANHUNT_NEAR_MAX");
   if (after.out_dir != before.out_dir) ignored.push_back("NANHUNT_OUT");
   if (after.mode != before.mode) ignored.push_back("NANHUNT_MODE");
   if (applied.empty() && ignored.empty()) return;
   live_.on_nonfinite = after.on_nonfinite;
   live_.autocast_bf16 = after.autocast_bf16;
+  live_.fp32_auto = after.fp32_auto;
+  live_.skip_nonfinite_steps = after.skip_nonfinite_steps;
   {
     absl::MutexLock live_lock(&live_.mu);
     live_.snapshot_dir = after.snapshot_dir;
@@ -286,6 +297,13 @@ void Session::Reload(const char* why) {
   }
   writer_->Add(EventRow{now, "config_reloaded", detail});
   if (!config_.quiet) fprintf(stderr, "nanhunt: config reloaded %s\n", detail.c_str());
+}
+
+std::string Session::PolicyPath() const {
+  if (!config_.policy_file.empty()) return config_.policy_file;
+  std::string path = writer_->path();
+  if (absl::EndsWith(path, ".sqlite")) path.resize(path.size() - 7);
+  return path + ".fp32-policy";
 }
 
 void Session::Finish() {

@@ -22,6 +22,8 @@ namespace nanhunt {
 struct LiveSettings {
   std::atomic<OnNonFinite> on_nonfinite{OnNonFinite::kContinue};
   std::atomic<bool> autocast_bf16{false};
+  std::atomic<bool> fp32_auto{false};
+  std::atomic<bool> skip_nonfinite_steps{false};
   absl::Mutex mu;
   std::string snapshot_dir ABSL_GUARDED_BY(mu);
   std::vector<std::string> fp32_ops ABSL_GUARDED_BY(mu);
@@ -52,6 +54,10 @@ class Session {
   // change at run time; records what happened in the trace. Thread-safe.
   void Reload(const char* why);
   Monitor& monitor() { return *monitor_; }
+
+  // Where NANHUNT_FP32_OPS=auto writes what it learned: NANHUNT_POLICY, or
+  // next to the trace.
+  std::string PolicyPath() const;
   TraceWriter& writer() { return *writer_; }
 
   // Final flush and the exit summary; idempotent. Registered with atexit.

@@ -2,7 +2,7 @@
 import math
 import sqlite3
 
-from conftest import DEMO, PYTHON, clean_env, nanhunt_run, run
+from conftest import DEMO, PYTHON, SCRIPTS, clean_env, nanhunt_run, run
 
 
 def losses(stdout):
@@ -47,3 +47,50 @@ def test_fp32_op_that_matches_nothing_stops_at_start(out):
                     env=clean_env(NANHUNT_FP32_OPS="aten::bmmm"))
     assert r.returncode == 2
     assert "NANHUNT_FP32_OPS: 'aten::bmmm' matches no operator" in r.stderr
+
+
+def test_fp32_auto_learns_the_op_trains_the_demo_and_writes_a_reusable_policy(out, tmp_path):
+    r = nanhunt_run([PYTHON, DEMO], out, env=clean_env(NANHUNT_FP32_OPS="auto"))
+    assert r.returncode == 0, r.stderr
+    trained = losses(r.stdout)
+    assert len(trained) == 50 and all(math.isfinite(x) for x in trained), trained
+    assert "NANHUNT_FP32_OPS=auto: aten::bmm, aten::matmul now run in fp32 " \
+        "(aten::bmm came near fp16's limit at step 13)" in r.stderr
+    [policy] = out.glob("*.fp32-policy")
+    learned = [l for l in policy.read_text().splitlines() if not l.startswith("#")]
+    assert learned == ["aten::bmm", "aten::matmul"]
+    assert f"a later run loads them with NANHUNT_POLICY={policy}" in r.stdout + r.stderr
+    # The next run starts with the learned ops in fp32: no warning at all.
+    again = nanhunt_run([PYTHON, DEMO], tmp_path / "again",
+                        env=clean_env(NANHUNT_POLICY=policy))
+    assert again.returncode == 0, again.stderr
+    assert all(math.isfinite(x) for x in losses(again.stdout))
+    assert "warning: aten::bmm" not in again.stderr
+    [trace] = (tmp_path / "again").glob("*.sqlite")
+    (counts,) = sqlite3.connect(trace).execute(
+        "SELECT value FROM meta WHERE key = 'fp32_ops'").fetchone()
+    assert int(dict(kv.split("=") for kv in counts.split(","))["aten::matmul"]) == 100
+
+
+def test_fp32_op_in_a_half_model_computes_in_fp32_and_returns_fp16(out):
+    script = SCRIPTS / "half_model_loss_overflow.py"
+    plain = run([PYTHON, script])
+    assert "step 0 loss inf dtype torch.float16" in plain.stdout
+    r = nanhunt_run([PYTHON, script], out, env=clean_env(NANHUNT_FP32_OPS="aten::mse_loss"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 5
+    for line in lines:  # the mean of the squares fits; fp16 still flows on
+        assert " loss 1400.0000 dtype torch.float16 grads_finite 1" in line, line
+    [trace] = out.glob("*.sqlite")
+    (counts,) = sqlite3.connect(trace).execute(
+        "SELECT value FROM meta WHERE key = 'fp32_ops'").fetchone()
+    assert counts == "aten::mse_loss=5"
+
+
+def test_fp32_for_an_in_place_op_is_refused_with_the_reason(out):
+    r = nanhunt_run([PYTHON, "-c", "import torch"], out,
+                    env=clean_env(NANHUNT_FP32_OPS="aten::add_"))
+    assert r.returncode == 2
+    assert "NANHUNT_FP32_OPS: 'aten::add_' only names ops that write their " \
+        "arguments (in-place or out=), which cannot run in fp32" in r.stderr

@@ -100,6 +100,50 @@ TEST_F(ConfigFile, BadValueInFileNamesFileAndSetting) {
   EXPECT_NE(msg.find("NANHUNT_MODE='sometimes'"), std::string::npos) << msg;
 }
 
+TEST_F(ConfigFile, PolicyWrittenByAutoIsReadBackAndAddedToTheFp32Ops) {
+  const std::string path = Write("");
+  ASSERT_TRUE(WritePolicyFile(path, {"aten::bmm", "aten::matmul"},
+                              "learned by a test\nsecond line")
+                  .ok());
+  auto c = Load({{"NANHUNT_POLICY", path}, {"NANHUNT_FP32_OPS", "aten::bmm,auto"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->fp32_auto);
+  EXPECT_EQ(c->fp32_ops, (std::vector<std::string>{"aten::bmm", "aten::matmul"}));
+  EXPECT_NE(DescribeConfig(*c).find("NANHUNT_FP32_OPS=aten::bmm,aten::matmul,auto"),
+            std::string::npos);
+}
+
+TEST_F(ConfigFile, BadPolicyLineNamesTheSettingFileAndLine) {
+  const std::string path = Write("# header\naten::bmm\nrm -rf /\n");
+  auto c = Load({{"NANHUNT_POLICY", path}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "NANHUNT_POLICY: " + path + ":3: 'rm -rf /' is not an op name; "
+            "allowed: one op name or glob per line, e.g. aten::bmm");
+}
+
+TEST(Config, MissingPolicyIsAnErrorUnlessAutoIsAboutToWriteIt) {
+  auto c = Load({{"NANHUNT_POLICY", "/nonexistent/p.fp32-policy"}});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "NANHUNT_POLICY='/nonexistent/p.fp32-policy' cannot be read; "
+            "allowed: path to a policy file written by NANHUNT_FP32_OPS=auto");
+  EXPECT_TRUE(Load({{"NANHUNT_POLICY", "/nonexistent/p.fp32-policy"},
+                    {"NANHUNT_FP32_OPS", "auto"}})
+                  .ok());
+}
+
+TEST(Config, SkipNonFiniteStepsIsABoolean) {
+  auto c = Load({{"NANHUNT_SKIP_NONFINITE_STEPS", "1"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->skip_nonfinite_steps);
+  auto bad = Load({{"NANHUNT_SKIP_NONFINITE_STEPS", "sometimes"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "NANHUNT_SKIP_NONFINITE_STEPS='sometimes' is not valid; allowed: "
+            "0 or 1 (also true/false, on/off)");
+}
+
 TEST(Config, MissingFileIsAnError) {
   auto c = Load({{"NANHUNT_CONFIG", "/nonexistent/nanhunt.conf"}});
   ASSERT_FALSE(c.ok());
@@ -123,6 +167,11 @@ TEST(Config, Fp32OpsTakesNamesAndGlobs) {
   auto c = Load({{"NANHUNT_FP32_OPS", "aten::bmm, aten::*softmax*"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->fp32_ops, (std::vector<std::string>{"aten::bmm", "aten::*softmax*"}));
+  EXPECT_FALSE(c->fp32_auto);
+  auto automatic = Load({{"NANHUNT_FP32_OPS", "AUTO"}});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_TRUE(automatic->fp32_auto);
+  EXPECT_TRUE(automatic->fp32_ops.empty());
   auto bad = Load({{"NANHUNT_FP32_OPS", "aten::bmm;rm -rf"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("NANHUNT_FP32_OPS"), std::string::npos);

@@ -161,5 +161,35 @@ TEST_F(MonitorTest, PropagatedFindingsAreCappedPerStepButOriginsAreNot) {
   EXPECT_EQ(m.findings(), 3);
 }
 
+TEST_F(MonitorTest, SkippedStepNamesTheFirstBackwardOpOfThatStep) {
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  Op("aten::mm", Fp16(1), ctx, "", false, Phase::kBackward);  // step 0
+  monitor_.OnOptimizerStepBegin();
+  monitor_.OnOptimizerStepEnd();
+  // Step 1: a forward warning, then two backward ops go non-finite.
+  Op("aten::bmm", Fp16(0, 0x7000), ctx);
+  OpEvent e;
+  TensorFacts out = Fp16(2);
+  e.op = "aten::copy_";  // a helper inside the op the node called
+  e.top_op = "aten::mul";
+  e.phase = Phase::kBackward;
+  e.forward_op = "aten::gelu";
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  monitor_.OnOp(e, ctx);
+  Op("aten::mm", Fp16(1), ctx, "", false, Phase::kBackward);
+  monitor_.OnOptimizerStepBegin();
+  EXPECT_EQ(monitor_.OnStepSkipped(),
+            "skipped the optimizer step at step 1: non-finite gradients, "
+            "first made by aten::mul (backward of aten::gelu)");
+  monitor_.OnOptimizerStepEnd();
+  EXPECT_EQ(monitor_.skipped_steps(), 1);
+  // Step 2 starts clean: a skip without a checked culprit says so.
+  monitor_.OnOptimizerStepBegin();
+  EXPECT_EQ(monitor_.OnStepSkipped(),
+            "skipped the optimizer step at step 2: non-finite gradients "
+            "(no checked backward op made them)");
+}
+
 }  // namespace
 }  // namespace nanhunt
