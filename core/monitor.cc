@@ -123,11 +123,13 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
   {
     absl::MutexLock lock(&mu_);
     const double now = e.top_op.empty() ? clock_() : 0;
-    if (e.top_op.empty() &&
-        steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
-      WriteStepLocked(steps_.step() - 1, now);
+    if (e.late_step < 0) {
+      if (e.top_op.empty() &&
+          steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
+        WriteStepLocked(steps_.step() - 1, now);
+      }
+      e.phase = steps_.Refine(e.phase, e.grad_enabled);
     }
-    e.phase = steps_.Refine(e.phase, e.grad_enabled);
     step_trained_ |= e.takes_grad_input || e.phase == Phase::kBackward;
     ++call_index_;
     OpState& state = ops_[e.op];
@@ -190,6 +192,17 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
     if (want_headroom) return Verdict::kWarned;
   }
   return Verdict::kClean;
+}
+
+Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
+                                      bool takes_grad_input, bool top_level) {
+  absl::MutexLock lock(&mu_);
+  if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
+    WriteStepLocked(steps_.step() - 1, clock_());
+  }
+  const Phase refined = steps_.Refine(phase, grad_enabled);
+  step_trained_ |= takes_grad_input || refined == Phase::kBackward;
+  return Position{steps_.step(), refined};
 }
 
 Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
@@ -267,7 +280,7 @@ FindingRow Monitor::MakeFinding(const char* kind, const OpEvent& e,
                                 const CheckCounts& total, Format format) const {
   FindingRow row;
   row.kind = kind;
-  row.step = steps_.step();
+  row.step = e.late_step >= 0 ? e.late_step : steps_.step();
   row.call_index = call_index_;
   row.op = std::string(e.op);
   row.top_op = std::string(e.top_op);

@@ -87,6 +87,11 @@ struct OpEvent {
   // enclosing op (matmul around bmm) does not report them again.
   bool contains_warning = false;
   uint64_t thread = 0;
+  // Ops checked on the GPU are classified after the fact (core/late_ops.h):
+  // the step and phase they ran in, read when they were enqueued. They do
+  // not move the step tracker, and their statistics join the step that is
+  // open when they arrive (at most the ring's lag later).
+  int64_t late_step = -1;
 };
 
 // kWarned: finite, but a near-max finding was recorded for it.
@@ -104,6 +109,16 @@ class Monitor {
   // Records one op. Returns what its outputs were. The event's phase may be
   // refined (see StepTracker): findings carry the refined one.
   Verdict OnOp(OpEvent event, OpContext& context);
+
+  // An op whose outputs go to the GPU check (classified later through
+  // core/late_ops.h) ran now: moves the step tracker as OnOp would, and
+  // returns the step and refined phase to classify it with.
+  struct Position {
+    int64_t step;
+    Phase phase;
+  };
+  Position NoteLateOp(Phase phase, bool grad_enabled, bool takes_grad_input,
+                      bool top_level);
 
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();

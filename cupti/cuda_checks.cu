@@ -96,7 +96,12 @@ bool CudaChecks::Poll(int slot, CheckCounts* result) {
 }
 
 void CudaChecks::Wait(int slot, CheckCounts* result) {
-  cudaEventSynchronize(Event(events_, slot));
+  if (cudaEventSynchronize(Event(events_, slot)) != cudaSuccess) {
+    // The context is gone (process exit) or broken: the result is lost, and
+    // the pinned copy may be unmapped. Delivered as "nothing checked".
+    *result = CheckCounts{};
+    return;
+  }
   std::memcpy(result, host_slots_ + slot, sizeof(CheckCounts));
 }
 

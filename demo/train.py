@@ -65,20 +65,24 @@ def main():
     parser.add_argument("--dtype", choices=["float16", "bfloat16", "float32"],
                         default="float16")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, or cuda for the same run on a GPU")
     parser.add_argument("--stop-at-nan", action="store_true",
                         help="stop at the first non-finite loss")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
-    model = Ranker(features=8, dim=64)
+    device = torch.device(args.device)
+    model = Ranker(features=8, dim=64).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(args.seed)
     use_autocast = args.dtype != "float32"
     amp_dtype = getattr(torch, args.dtype)
     for step, (items, target) in enumerate(
             batches(args.steps, 16, 12, 8, generator)):
+        items, target = items.to(device), target.to(device)
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=amp_dtype, enabled=use_autocast):
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=use_autocast):
             logits = model(items)
         loss = listwise_loss(logits.float(), target)
         loss.backward()

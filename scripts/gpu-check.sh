@@ -31,3 +31,20 @@ echo "== unit tests (CPU)"
 "$build"/bin/nanhunt_unit_tests --gtest_brief=1
 echo "== check kernel benchmark"
 "$build"/bin/gpu_check_bandwidth
+
+echo "== the demo on CUDA, fp16 autocast, under nanhunt"
+cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda >/dev/null
+rm -rf "$build"/demo-cuda
+"$build"/bin/nanhunt run --out "$build"/demo-cuda -- "$python" demo/train.py --device cuda \
+  > "$build"/demo-cuda.log 2>&1 || true
+tail -25 "$build"/demo-cuda.log
+"$build"/bin/nanhunt view --json "$build"/demo-cuda > "$build"/demo-cuda.json
+"$python" - "$build"/demo-cuda.json <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+o = r["first_origin"] or {}
+ok = o.get("op") == "aten::bmm" and o.get("phase") == "forward"
+print(f"demo on CUDA: first origin {o.get('op')} ({o.get('phase')}) step {o.get('step')} "
+      f"source {o.get('source') or '-'}: {'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY

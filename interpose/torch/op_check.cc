@@ -35,9 +35,13 @@ absl::Mutex g_registry_mu;
 auto* g_nonfinite = new absl::flat_hash_set<const void*>();
 std::atomic<size_t> g_nonfinite_size{0};
 
+}  // namespace
+
 const void* StorageKey(const at::Tensor& t) {
   return t.has_storage() ? t.storage().data() : nullptr;
 }
+
+namespace {
 
 void ForEachTensor(const c10::IValue& v,
                    const std::function<void(const at::Tensor&)>& fn) {
@@ -226,6 +230,11 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   return cache.emplace(key, traits).first->second;
 }
 
+void CountUnchecked(bool on_device) {
+  g_unchecked.fetch_add(1, std::memory_order_relaxed);
+  if (on_device) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
+}
+
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
                  TensorFacts& facts, CacheUse cache, uint64_t reuse_after) {
   if (!t.defined()) return false;
@@ -243,8 +252,7 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
     // A floating-point output the check cannot see yet (CUDA without the
     // GPU path, sparse, meta...): counted, so that no report claims "all
     // finite" about values nobody looked at.
-    g_unchecked.fetch_add(1, std::memory_order_relaxed);
-    if (t.is_cuda()) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
+    CountUnchecked(t.is_cuda());
     return false;
   }
   facts.format = *format;
@@ -296,7 +304,10 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs,
 }
 
 void RememberChecked(const at::Tensor& t, bool nonfinite) {
-  const void* key = StorageKey(t);
+  RememberStorage(StorageKey(t), nonfinite);
+}
+
+void RememberStorage(const void* key, bool nonfinite) {
   if (key == nullptr) return;
   if (!nonfinite && g_nonfinite_size.load(std::memory_order_relaxed) == 0) {
     return;  // the common case: nothing to forget, no lock
@@ -313,8 +324,9 @@ void RememberChecked(const at::Tensor& t, bool nonfinite) {
   g_nonfinite_size.store(g_nonfinite->size(), std::memory_order_relaxed);
 }
 
-bool KnownNonFinite(const at::Tensor& t) {
-  const void* key = StorageKey(t);
+bool KnownNonFinite(const at::Tensor& t) { return KnownNonFiniteStorage(StorageKey(t)); }
+
+bool KnownNonFiniteStorage(const void* key) {
   if (key == nullptr) return false;
   absl::MutexLock lock(&g_registry_mu);
   return g_nonfinite->contains(key);

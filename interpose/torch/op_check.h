@@ -65,6 +65,9 @@ struct ScanTotals {
   bool unchecked_on_device = false;  // some of them on a GPU
 };
 ScanTotals GetScanTotals();
+// A floating output no check could read (a GPU output the GPU path could
+// not take): counted so that no report reads "all finite".
+void CountUnchecked(bool on_device);
 
 // True when every floating-point tensor among `inputs` and `outputs` has the
 // same dtype (a copy that converts nothing).
@@ -85,6 +88,10 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs,
 // outside (a data batch). Thread-safe.
 void RememberChecked(const at::Tensor& t, bool nonfinite);
 bool KnownNonFinite(const at::Tensor& t);
+// The same by storage (StorageKey), for results that arrive after the op.
+const void* StorageKey(const at::Tensor& t);
+void RememberStorage(const void* key, bool nonfinite);
+bool KnownNonFiniteStorage(const void* key);
 
 // For ops that are not checked because they only copy values: their
 // outputs are known non-finite when an input was. Cheap while nothing is

@@ -22,10 +22,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "core/op_policy.h"
+#include "interpose/torch/device_outputs.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/fp32_fallback.h"
 #include "interpose/torch/nvml_gpus.h"
 #include "interpose/torch/op_check.h"
+#include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
 #include "interpose/torch/snapshot.h"
 #include "interpose/torch/session.h"
@@ -44,6 +46,7 @@ enum class FrameKind : uint8_t { kOp, kBackwardNode, kOptimizer, kOther };
 
 struct Frame {
   const at::RecordFunction* fn = nullptr;
+  uint64_t id = 0;  // unique per op call (late results name their parent)
   FrameKind kind = FrameKind::kOther;
   const char* name = nullptr;
   const char* forward_op = nullptr;  // backward nodes
@@ -96,6 +99,7 @@ struct ThreadState {
 thread_local ThreadState t_state;
 
 std::atomic<bool> g_failed{false};
+std::atomic<uint64_t> g_next_op_id{1};
 std::atomic<bool> g_guard_fired{false};
 std::atomic<int64_t> g_autocast_switches{0};
 std::string* g_torch_dir = nullptr;  // leaked on purpose
@@ -151,6 +155,53 @@ void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
   std::abort();
 }
 
+// A GPU op's verdict, on the drain thread: the NaN guard stops training
+// (no snapshot: the op's inputs are gone by the time its result arrives),
+// and NANHUNT_FP32_OPS=auto learns the op, as for host ops.
+void OnLateVerdict(const LateOp& op, Verdict verdict) {
+  Session* session = Session::Get();
+  if (session == nullptr) return;
+  LiveSettings& live = session->live();
+  bool fp16 = false;
+  for (const TensorFacts& t : op.outputs) fp16 |= t.format == Format::kF16;
+  if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) && fp16 &&
+      live.fp32_auto.load(std::memory_order_relaxed)) {
+    std::vector<std::string> learned;
+    if (LearnFp32Op(c10::OperatorName(op.op, op.overload))) learned.push_back(op.op);
+    if (!op.top_op.empty() && LearnFp32Op(c10::OperatorName(op.top_op, ""))) {
+      learned.push_back(op.top_op);
+    }
+    if (!learned.empty()) {
+      session->writer().Add(EventRow{
+          static_cast<double>(std::time(nullptr)), "fp32_learned",
+          absl::StrCat(absl::StrJoin(learned, ", "), " in fp32 from the next call: ",
+                       op.op, verdict == Verdict::kOrigin ? " made non-finite values"
+                                                          : " came near fp16's limit",
+                       " at step ", op.step)});
+    }
+  }
+  if ((verdict != Verdict::kOrigin && verdict != Verdict::kInput) ||
+      live.on_nonfinite.load(std::memory_order_relaxed) == OnNonFinite::kContinue ||
+      g_guard_fired.exchange(true)) {
+    return;
+  }
+  const std::string message = absl::StrFormat(
+      "non-finite values first %s %s (%s) at step %d (checked on the GPU; "
+      "no snapshot: its inputs are gone by the time the result arrives)",
+      verdict == Verdict::kOrigin ? "produced by" : "entered through", op.op,
+      PhaseName(op.phase), op.step);
+  session->writer().Add(EventRow{static_cast<double>(std::time(nullptr)),
+                                 "stopped", message});
+  session->writer().Flush();
+  if (live.on_nonfinite.load() == OnNonFinite::kRaise &&
+      RaiseInPython(("nanhunt: " + message).c_str())) {
+    fprintf(stderr, "nanhunt: raising NonFiniteError: %s\n", message.c_str());
+    return;
+  }
+  fprintf(stderr, "nanhunt: aborting: %s\n", message.c_str());
+  std::abort();
+}
+
 Phase CurrentPhase(const ThreadState& ts) {
   if (torch_compat::InBackward()) return Phase::kBackward;
   if (ts.optimizer_depth > 0) return Phase::kOptimizer;
@@ -158,16 +209,6 @@ Phase CurrentPhase(const ThreadState& ts) {
 }
 
 constexpr char kScalerUpdate[] = "aten::_amp_update_scale_";
-
-// This plugin's own file, for finding nanhunt's files next to it.
-std::string PluginPath() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&PluginPath), &info) == 0 ||
-      info.dli_fname == nullptr) {
-    return "";
-  }
-  return info.dli_fname;
-}
 
 // NANHUNT_SKIP_NONFINITE_STEPS: registers step_guard.py's optimizer hooks,
 // once, at the first optimizer step (torch.optim cannot be imported while
@@ -260,24 +301,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // A view computes nothing: its output is memory an earlier op produced.
   // torch.empty's output is garbage by contract.
   if (traits.view || traits.uninitialised) return;
-  // Copies and scalar fills make no new values unless they convert a dtype
-  // or are given a non-finite scalar.
-  if (traits.copies_values && SameFloatingDtype(frame.inputs, fn.outputs())) {
-    CarryNonFinite(frame.inputs, fn.outputs());
-    return;
-  }
-  if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs)) return;
   Session* session = Session::Get();
   Monitor& monitor = session->monitor();
-  ts.output_facts.clear();
-  ts.output_tensors.clear();
-  // Ops made of nested ops reuse what those found for the same memory
-  // (results remembered since this op began); all others scan.
-  CheckOutputs(fn.outputs(), monitor.limits(),
-               traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
-                                             : CacheUse::kRemember,
-               frame.cache_mark, ts.output_facts, ts.output_tensors);
-  if (ts.output_facts.empty()) return;
 
   const char* top_op = nullptr;
   const char* forward_op = nullptr;
@@ -293,6 +318,48 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
       forward_op = f.forward_op;
     }
   }
+  bool takes_grad_input = false;
+  if (top_op == nullptr) {  // only top-level ops decide steps
+    for (const c10::IValue& v : frame.inputs) {
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) {
+        takes_grad_input = true;
+        break;
+      }
+    }
+  }
+  // Outputs on a GPU are checked there, and judged when results arrive.
+  // Copies included: whether their source was finite is not known yet.
+  DeviceOpCall call;
+  call.id = frame.id;
+  call.parent_id = parent != nullptr ? parent->id : 0;
+  call.name = frame.name;
+  call.overload = fn.overload_name();
+  call.top_op = top_op ? top_op : "";
+  call.forward_op = forward_op ? forward_op : "";
+  call.phase = CurrentPhase(ts);
+  call.grad_enabled = c10::GradMode::is_enabled();
+  call.takes_grad_input = takes_grad_input;
+  call.top_level = top_op == nullptr;
+  call.thread = fn.threadId();
+  if (CheckOnDevice(call, frame.inputs, fn.outputs(), traits, *session, *g_torch_dir)) {
+    return;
+  }
+  // Copies and scalar fills make no new values unless they convert a dtype
+  // or are given a non-finite scalar.
+  if (traits.copies_values && SameFloatingDtype(frame.inputs, fn.outputs())) {
+    CarryNonFinite(frame.inputs, fn.outputs());
+    return;
+  }
+  if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs)) return;
+  ts.output_facts.clear();
+  ts.output_tensors.clear();
+  // Ops made of nested ops reuse what those found for the same memory
+  // (results remembered since this op began); all others scan.
+  CheckOutputs(fn.outputs(), monitor.limits(),
+               traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
+                                             : CacheUse::kRemember,
+               frame.cache_mark, ts.output_facts, ts.output_tensors);
+  if (ts.output_facts.empty()) return;
   if (traits.fp32_listed && top != nullptr && top->autocast_on) {
     // Listed, but reached inside an op autocast intercepts: switch that one.
     if (auto name = top->fn->operator_name(); name && ExtendFp32Fallback(*name)) {
@@ -306,15 +373,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.op = frame.name;
   event.top_op = top_op ? top_op : "";
   event.phase = CurrentPhase(ts);
-  event.grad_enabled = c10::GradMode::is_enabled();
-  if (top_op == nullptr) {  // only top-level ops decide steps
-    for (const c10::IValue& v : frame.inputs) {
-      if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) {
-        event.takes_grad_input = true;
-        break;
-      }
-    }
-  }
+  event.grad_enabled = call.grad_enabled;
+  event.takes_grad_input = takes_grad_input;
   event.forward_op = forward_op ? forward_op : "";
   event.outputs = ts.output_facts;
   event.contains_finding = frame.contains_finding;
@@ -357,6 +417,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   try {
     Frame& f = ts.Push();
     f.fn = &fn;
+    f.id = g_next_op_id.fetch_add(1, std::memory_order_relaxed);
     f.name = fn.name();
     switch (fn.scope()) {
       case at::RecordScope::USER_SCOPE:
@@ -529,7 +590,20 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         fprintf(stderr, "nanhunt: %s (reload)\n", std::string(s.message()).c_str());
       }
     });
+    SetLateVerdictHandler(&OnLateVerdict);
     (*session)->set_on_finish([](TraceWriter& w) {
+      DrainDeviceChecks();  // usually done already, from Python's atexit
+      const DeviceTotals device = GetDeviceTotals();
+      if (device.enqueued > 0 || !device.unavailable.empty()) {
+        w.PutMeta("device_checks", absl::StrCat(device.enqueued));
+        w.PutMeta("check_ring_waits", absl::StrCat(device.waits));
+        w.PutMeta("outputs_in_graph_capture", absl::StrCat(device.in_capture));
+      }
+      if (device.in_capture > 0) {
+        w.PutMeta("graph_capture_note",
+                  "outputs of ops captured into CUDA graphs are not checked "
+                  "(a check would be replayed into the same slot)");
+      }
       const ScanTotals totals = GetScanTotals();
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
@@ -559,13 +633,14 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
                   "sparse, meta or other non-CPU tensors the check does not read");
       }
       if (totals.unchecked_on_device) {
+        const std::string why = device.unavailable.empty()
+                                    ? "the GPU check could not be enqueued"
+                                    : device.unavailable;
         fprintf(stderr,
                 "nanhunt: %lld floating-point op outputs lived on a GPU and "
-                "were NOT checked: this build has no GPU path yet. Findings "
-                "cover CPU tensors only.\n",
-                static_cast<long long>(totals.unchecked));
-        w.PutMeta("unchecked_reason",
-                  "outputs on a GPU: this build has no GPU path yet");
+                "were NOT checked (%s).\n",
+                static_cast<long long>(totals.unchecked), why.c_str());
+        w.PutMeta("unchecked_reason", "outputs on a GPU: " + why);
       }
     });
     // The torch package directory: frames under it are not the user's code.

@@ -309,8 +309,10 @@ std::string Session::PolicyPath() const {
 void Session::Finish() {
   if (g_finished.exchange(true)) return;
   g_active.store(false);
-  monitor_->FlushStep();
+  // First the plugin's last words (it drains GPU results still in flight
+  // into the monitor), then the open step's statistics.
   if (on_finish_) on_finish_(*writer_);
+  monitor_->FlushStep();
   writer_->PutMeta("ended", absl::StrCat(std::time(nullptr)));
   writer_->PutMeta("findings", absl::StrCat(monitor_->findings()));
   writer_->Close();

@@ -8,7 +8,10 @@
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <optional>
+#include <string>
 
 #include "core/check_semantics.h"
 
@@ -45,6 +48,19 @@ inline bool InBackward() {
 }
 
 inline const char* TorchVersion() { return TORCH_VERSION; }
+
+// The cudaStream_t the current stream of `device` wraps, without linking
+// torch's CUDA library; nullptr (with `why`) where this torch cannot say.
+inline void* CurrentStreamHandle(c10::Device device, std::string* why) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+  const c10::impl::DeviceGuardImplInterface* impl =
+      c10::impl::getDeviceGuardImpl(device.type());
+  return impl->getStreamNativeHandle(impl->getStream(device));
+#else
+  *why = "the GPU path needs torch 2.6 or newer (stream handles)";
+  return nullptr;
+#endif
+}
 
 // Autocast reads its dtype from thread-local state when each op runs, and
 // RecordFunction's start callback runs before the autocast kernel: setting

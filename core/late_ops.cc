@@ -1,0 +1,119 @@
+#include "core/late_ops.h"
+
+namespace nanhunt {
+namespace {
+
+constexpr uint64_t kMaxParents = 4096;
+
+// The OpContext of an op classified after the fact.
+class LateContext final : public OpContext {
+ public:
+  LateContext(const LateOp& op, const std::function<bool(const void*)>& known)
+      : op_(op), known_(known) {}
+  std::vector<InputFacts> Inputs() override {
+    std::vector<InputFacts> facts;
+    for (const LateInput& in : op_.inputs) {
+      InputFacts f;
+      f.arg_index = in.arg_index;
+      f.dtype = in.dtype;
+      f.shape = in.shape;
+      f.checked = true;
+      if (in.checked_on_host) {
+        f.counts = in.counts;
+        f.max_abs = in.max_abs;
+      } else if (in.storage != nullptr && known_(in.storage)) {
+        // Made by an earlier op whose result said so.
+        f.counts.nan = 1;
+        f.produced_by_op = true;
+      }
+      // Otherwise: made by an earlier op found finite, or never written
+      // by an op in this process (parameters as loaded): finite.
+      facts.push_back(std::move(f));
+    }
+    return facts;
+  }
+  std::string Source() override { return op_.source; }
+  std::string Stack() override { return op_.stack; }
+  // The inputs may have changed since: no recomputation after the fact.
+  std::optional<double> RecomputeFp32MaxAbs() override { return std::nullopt; }
+
+ private:
+  const LateOp& op_;
+  const std::function<bool(const void*)>& known_;
+};
+
+}  // namespace
+
+LateOps::LateOps(Monitor* monitor,
+                 std::function<bool(const void*)> known_nonfinite,
+                 std::function<void(const void*, bool)> remember)
+    : monitor_(monitor),
+      known_nonfinite_(std::move(known_nonfinite)),
+      remember_(std::move(remember)) {}
+
+bool LateOps::Wanted(const std::string& op) const {
+  absl::MutexLock lock(&mu_);
+  return wanted_.contains(op);
+}
+
+std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
+                                         int index, const CheckCounts& counts) {
+  if (index >= 0) op->outputs[static_cast<size_t>(index)].counts = counts;
+  if (op->pending.fetch_sub(1, std::memory_order_acq_rel) > 1) return std::nullopt;
+  OpEvent event;
+  event.op = op->op;
+  event.top_op = op->top_op;
+  event.forward_op = op->forward_op;
+  event.phase = op->phase;
+  event.grad_enabled = op->grad_enabled;
+  event.takes_grad_input = op->takes_grad_input;
+  event.thread = op->thread;
+  event.late_step = op->step;
+  event.outputs = op->outputs;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = parent_finding_.find(op->id); it != parent_finding_.end()) {
+      event.contains_finding = it->second;
+      parent_finding_.erase(it);
+    }
+    if (auto it = parent_warning_.find(op->id); it != parent_warning_.end()) {
+      event.contains_warning = it->second;
+      parent_warning_.erase(it);
+    }
+  }
+  LateContext context(*op, known_nonfinite_);
+  const Verdict verdict = monitor_->OnOp(event, context);
+  bool any_nonfinite = false;
+  for (size_t i = 0; i < op->outputs.size(); ++i) {
+    const bool bad = AnyNonFinite(op->outputs[i].counts);
+    any_nonfinite |= bad;
+    if (op->output_storages[i] != nullptr) remember_(op->output_storages[i], bad);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    const bool finding = verdict == Verdict::kOrigin || verdict == Verdict::kInput ||
+                         event.contains_finding;
+    // Enclosing ops that are never checked on the device (composites, ops
+    // without floating outputs) leave entries behind: forget old ones.
+    if (parent_finding_.size() > kMaxParents) {
+      absl::erase_if(parent_finding_, [&](const auto& e) { return e.first + kMaxParents < op->id; });
+      absl::erase_if(parent_warning_, [&](const auto& e) { return e.first + kMaxParents < op->id; });
+    }
+    if (op->parent_id != 0) {
+      parent_finding_[op->parent_id] |= finding;
+      parent_warning_[op->parent_id] |= verdict == Verdict::kWarned ||
+                                        event.contains_warning;
+    }
+    // Capture the line next time: this op came near the limit, or made
+    // non-finite values without a line to show for it.
+    if ((verdict == Verdict::kWarned || verdict == Verdict::kOrigin ||
+         any_nonfinite) &&
+        op->source.empty() && op->phase == Phase::kForward) {
+      wanted_.insert(op->op);
+    }
+  }
+  if (on_verdict_) on_verdict_(*op, verdict);
+  return verdict;
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,95 @@
+// Ops whose outputs are checked on the GPU: their results arrive later, on
+// the drain thread, in enqueue order (core/check_ring.h). LateOps keeps what
+// the monitor needs about each such op until every output's result is in,
+// then classifies it as the CPU path does, with what is known by then:
+//
+// - an input produced by an earlier op is judged by that op's result, which
+//   (enqueue order) has been delivered: non-finite if the registry says so;
+// - a nested op's origin makes its enclosing op "contains_finding", as the
+//   enclosing op's result arrives after its nested ops' results;
+// - the source line cannot be read once the op has returned, so it is
+//   captured at enqueue only for ops that are "wanted": those already seen
+//   near the limit or non-finite. Overflows build up and recur (the demo
+//   warns 13 steps before it overflows), so the next one carries its line.
+//
+// Torch-free: the plugin fills LateOp at enqueue; tests drive it directly.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "core/monitor.h"
+
+namespace nanhunt {
+
+// A floating-point input as known at enqueue.
+struct LateInput {
+  int arg_index = 0;
+  std::string dtype, shape;
+  const void* storage = nullptr;  // device tensors: judged at delivery
+  bool checked_on_host = false;   // host tensors: checked at enqueue
+  CheckCounts counts;             // when checked_on_host
+  double max_abs = 0;
+};
+
+struct LateOp {
+  uint64_t id = 0;         // unique per op call
+  uint64_t parent_id = 0;  // the enclosing op's id, or 0
+  std::string op, overload, top_op, forward_op;
+  Phase phase = Phase::kForward;  // refined at enqueue (Monitor::RefinePhase)
+  int64_t step = 0;               // at enqueue
+  bool grad_enabled = true, takes_grad_input = false;
+  uint64_t thread = 0;
+  std::vector<TensorFacts> outputs;        // format and shape; counts arrive
+  std::vector<const void*> output_storages;
+  std::vector<LateInput> inputs;
+  std::string source, stack;  // when wanted
+  // Results still to come, plus one held by the enqueuing thread until it
+  // has enqueued them all (it may be the last to let go). Results of one
+  // op may arrive on two threads: whoever brings it to zero classifies.
+  std::atomic<int> pending{0};
+};
+
+class LateOps {
+ public:
+  // `known_nonfinite` / `remember` read and write the registry of storages
+  // whose last check found non-finite values (shared with the CPU path).
+  LateOps(Monitor* monitor, std::function<bool(const void*)> known_nonfinite,
+          std::function<void(const void*, bool)> remember);
+
+  // Whether ops named `op` should capture their source line at enqueue.
+  bool Wanted(const std::string& op) const;
+
+  // Result of output `index` of `op` (called in enqueue order), or, with
+  // index -1, the enqueuing thread letting go. When nothing is pending any
+  // more, the op is classified; returns its verdict then.
+  std::optional<Verdict> OnResult(const std::shared_ptr<LateOp>& op, int index,
+                                  const CheckCounts& counts);
+
+  // Called after an op is classified with its verdict (NaN guard, auto
+  // fp32); runs on the drain thread.
+  void set_on_verdict(std::function<void(const LateOp&, Verdict)> fn) {
+    on_verdict_ = std::move(fn);
+  }
+
+ private:
+  Monitor* const monitor_;
+  const std::function<bool(const void*)> known_nonfinite_;
+  const std::function<void(const void*, bool)> remember_;
+  std::function<void(const LateOp&, Verdict)> on_verdict_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<std::string> wanted_ ABSL_GUARDED_BY(mu_);
+  // Enclosing ops whose nested ops made a finding (or a warning), until
+  // their own result arrives.
+  absl::flat_hash_map<uint64_t, bool> parent_finding_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, bool> parent_warning_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace nanhunt

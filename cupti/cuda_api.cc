@@ -1,0 +1,124 @@
+// libnanhunt_cuda.so: one CheckRing and one CudaChecks per device, behind
+// the C interface of cuda_api.h.
+#include "cupti/cuda_api.h"
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "core/check_ring.h"
+#include "cupti/cuda_checks.h"
+
+namespace nanhunt::gpu {
+namespace {
+
+// Result slots per device: enough for a few steps of a large model's ops
+// in flight before a thread has to wait (README: full-ring policy).
+constexpr int kSlotsPerDevice = 4096;
+
+struct Device {
+  std::unique_ptr<CudaChecks> checks;
+  std::unique_ptr<CheckRing> ring;
+};
+
+absl::Mutex g_mu;
+CheckLimits* g_limits = nullptr;
+NanhuntDeliverFn g_deliver = nullptr;
+// Leaked on purpose: rings drain at exit through nanhunt_cuda_drain, and
+// the CUDA runtime may be gone by static destruction.
+auto* g_devices = new std::map<int, Device>();
+
+void Fail(char* error, int error_len, const std::string& what) {
+  if (error != nullptr && error_len > 0) {
+    snprintf(error, static_cast<size_t>(error_len), "%s", what.c_str());
+  }
+}
+
+CheckRing* RingFor(int device, std::string* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
+  auto it = g_devices->find(device);
+  if (it != g_devices->end()) return it->second.ring.get();
+  Device d;
+  d.checks = CudaChecks::Create(device, kSlotsPerDevice, error);
+  if (!d.checks) return nullptr;
+  d.ring = std::make_unique<CheckRing>(
+      d.checks.get(), [](const PendingCheck& check, const CheckCounts& counts) {
+        g_deliver(check.context.get(), &counts);
+      });
+  CheckRing* ring = d.ring.get();
+  g_devices->emplace(device, std::move(d));
+  return ring;
+}
+
+}  // namespace
+}  // namespace nanhunt::gpu
+
+using namespace nanhunt;
+using namespace nanhunt::gpu;
+
+extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_start(
+    double near_max, NanhuntDeliverFn deliver, char* error, int error_len) {
+  absl::MutexLock lock(&g_mu);
+  if (deliver == nullptr) {
+    Fail(error, error_len, "no delivery function");
+    return 1;
+  }
+  g_limits = new CheckLimits(near_max);
+  g_deliver = deliver;
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue(
+    int device, void* stream, const NanhuntDeviceTensor* t, void* context,
+    char* error, int error_len) {
+  std::string why;
+  CheckRing* ring;
+  {
+    absl::MutexLock lock(&g_mu);
+    if (g_limits == nullptr) {
+      Fail(error, error_len, "nanhunt_cuda_start was not called");
+      return 1;
+    }
+    ring = RingFor(device, &why);
+  }
+  if (ring == nullptr) {
+    Fail(error, error_len, why);
+    return 1;
+  }
+  DeviceTensor tensor;
+  tensor.format = static_cast<Format>(t->format);
+  tensor.data = t->data;
+  tensor.count = t->count;
+  tensor.dense = t->dense != 0;
+  tensor.layout.dims = t->dims;
+  for (int i = 0; i < t->dims && i < kMaxDims; ++i) {
+    tensor.layout.sizes[i] = t->sizes[i];
+    tensor.layout.strides[i] = t->strides[i];
+  }
+  CudaChecks* checks;
+  {
+    absl::MutexLock lock(&g_mu);
+    checks = (*g_devices)[device].checks.get();
+  }
+  // The ring owns nothing of the caller's: `context` is handed back as is.
+  std::shared_ptr<void> handle(context, [](void*) {});
+  const bool ok = ring->Enqueue(stream, handle, [&](int slot) {
+    return checks->Enqueue(slot, tensor, *g_limits, stream, &why);
+  });
+  if (!ok) Fail(error, error_len, why);
+  return ok ? 0 : 1;
+}
+
+extern "C" __attribute__((visibility("default"))) void nanhunt_cuda_drain(void) {
+  absl::MutexLock lock(&g_mu);
+  for (auto& [device, d] : *g_devices) d.ring->DrainAll();
+}
+
+extern "C" __attribute__((visibility("default"))) long long nanhunt_cuda_waits(void) {
+  absl::MutexLock lock(&g_mu);
+  long long waits = 0;
+  for (auto& [device, d] : *g_devices) waits += d.ring->waits();
+  return waits;
+}

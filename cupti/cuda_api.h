@@ -1,0 +1,45 @@
+// libnanhunt_cuda.so's C interface, for the torch plugin, which dlopens it
+// at the first op output it finds on a GPU (a process that never uses CUDA
+// never loads it) and includes no CUDA header.
+//
+// Each check is enqueued on the op's own stream; results come back, in
+// enqueue order per device, through `deliver` on a drain thread. A check
+// that could not be enqueued (a stream capturing a CUDA graph, a CUDA
+// error) is reported by the return value and never delivered.
+#pragma once
+
+#include <cstdint>
+
+#include "core/check_semantics.h"
+
+extern "C" {
+
+struct NanhuntDeviceTensor {
+  int format;  // nanhunt::Format
+  const void* data;
+  int64_t count;
+  int dense;  // one block of `count` values from `data`; else sizes/strides
+  int dims;
+  int64_t sizes[8];
+  int64_t strides[8];  // in elements
+};
+
+typedef void (*NanhuntDeliverFn)(void* context, const nanhunt::CheckCounts* counts);
+
+// Once, before any enqueue. 0 on success.
+int nanhunt_cuda_start(double near_max, NanhuntDeliverFn deliver, char* error,
+                       int error_len);
+
+// 0 on success: `context` comes back through `deliver`. Otherwise `error`
+// says why and `context` stays the caller's.
+int nanhunt_cuda_enqueue(int device, void* stream,
+                         const NanhuntDeviceTensor* tensor, void* context,
+                         char* error, int error_len);
+
+// Delivers everything enqueued so far (waits for the GPU): at exit.
+void nanhunt_cuda_drain(void);
+
+// Times a full ring made an enqueuing thread wait (README: the policy).
+long long nanhunt_cuda_waits(void);
+
+}  // extern "C"

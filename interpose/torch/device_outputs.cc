@@ -1,0 +1,270 @@
+#include "interpose/torch/device_outputs.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "cupti/cuda_api.h"
+#include "interpose/torch/plugin_path.h"
+#include "interpose/torch/python_api.h"
+#include "interpose/torch/session.h"
+#include "interpose/torch/torch_compat.h"
+
+namespace nanhunt {
+namespace {
+
+struct CudaLibrary {
+  decltype(&nanhunt_cuda_start) start = nullptr;
+  decltype(&nanhunt_cuda_enqueue) enqueue = nullptr;
+  decltype(&nanhunt_cuda_drain) drain = nullptr;
+  decltype(&nanhunt_cuda_waits) waits = nullptr;
+  std::string unavailable;  // why not, when it did not load
+};
+
+std::atomic<int64_t> g_enqueued{0};
+std::atomic<int64_t> g_in_capture{0};
+LateOps* g_late = nullptr;  // leaked on purpose, like the session
+std::function<void(const LateOp&, Verdict)>* g_on_verdict = nullptr;
+
+// What a result is delivered with: the op, and which of its outputs.
+struct Pending {
+  std::shared_ptr<LateOp> op;
+  int index;
+};
+
+void Deliver(void* context, const CheckCounts* counts) {
+  std::unique_ptr<Pending> pending(static_cast<Pending*>(context));
+  if (!MonitoringActive() || g_late == nullptr) return;
+  try {
+    g_late->OnResult(pending->op, pending->index, *counts);
+  } catch (...) {
+    // The drain thread must survive: a lost classification is better
+    // than a dead process. (Nothing in OnResult throws today.)
+  }
+}
+
+// Loaded at the first GPU output: libnanhunt_cuda.so next to this plugin.
+// Its CUDA runtime is static and finds the driver at run time.
+const CudaLibrary& Library(Session& session) {
+  static const CudaLibrary* lib = [&session] {
+    auto* l = new CudaLibrary;
+    const std::string self = PluginPath();
+    const std::string path = self.substr(0, self.rfind('/')) + "/libnanhunt_cuda.so";
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      l->unavailable = absl::StrCat("cannot load ", path, ": ", dlerror());
+      return l;
+    }
+    l->start = reinterpret_cast<decltype(l->start)>(dlsym(handle, "nanhunt_cuda_start"));
+    l->enqueue = reinterpret_cast<decltype(l->enqueue)>(dlsym(handle, "nanhunt_cuda_enqueue"));
+    l->drain = reinterpret_cast<decltype(l->drain)>(dlsym(handle, "nanhunt_cuda_drain"));
+    l->waits = reinterpret_cast<decltype(l->waits)>(dlsym(handle, "nanhunt_cuda_waits"));
+    char error[256] = {};
+    if (!l->start || !l->enqueue || !l->drain || !l->waits) {
+      l->unavailable = absl::StrCat(path, " lacks nanhunt_cuda_* symbols");
+    } else if (l->start(session.config().near_max, &Deliver, error, sizeof(error)) != 0) {
+      l->unavailable = error;
+    }
+    if (!l->unavailable.empty()) return l;
+    g_late = new LateOps(&session.monitor(), &KnownNonFiniteStorage, &RememberStorage);
+    if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
+    // Python tears CUDA down before C's atexit handlers run: drain from
+    // Python's own atexit, while results can still be read.
+    RunPython(R"py(
+import atexit, ctypes
+atexit.register(ctypes.CDLL(LIBRARY).nanhunt_drain_device_checks)
+)py",
+              {{"LIBRARY", self}});
+    return l;
+  }();
+  return *lib;
+}
+
+bool IsCheckableOnDevice(const at::Tensor& t) {
+  return t.defined() && t.is_cuda() && t.layout() == at::kStrided &&
+         t.has_storage() && torch_compat::FormatOf(t.scalar_type()) &&
+         !t.key_set().has_any(c10::DispatchKeySet(
+             {c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
+              c10::DispatchKey::PythonTLSSnapshot}));
+}
+
+template <class Fn>
+void ForEachTensorIn(const std::vector<c10::IValue>& values, Fn fn) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    const c10::IValue& v = values[i];
+    if (v.isTensor()) {
+      fn(static_cast<int>(i), v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) fn(static_cast<int>(i), t);
+    }
+  }
+}
+
+std::string Shape(const at::Tensor& t) {
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+}
+
+NanhuntDeviceTensor Describe(const at::Tensor& t, Format format) {
+  NanhuntDeviceTensor d{};
+  d.format = static_cast<int>(format);
+  d.data = t.data_ptr();
+  d.count = t.numel();
+  bool dense = t.is_non_overlapping_and_dense();
+  for (int64_t s : t.strides()) dense = dense && s >= 0;
+  d.dense = dense ? 1 : 0;
+  d.dims = static_cast<int>(t.dim());
+  for (int i = 0; i < d.dims && i < 8; ++i) {
+    d.sizes[i] = t.size(i);
+    d.strides[i] = t.stride(i);
+  }
+  return d;
+}
+
+}  // namespace
+
+bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inputs,
+                   const std::vector<c10::IValue>& outputs, const OpTraits& traits,
+                   Session& session, const std::string& torch_dir) {
+  bool any = false;
+  ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
+    any = any || IsCheckableOnDevice(t);
+  });
+  if (!any) return false;
+  // A composite op's outputs are its nested ops' outputs, checked there.
+  if (traits.composite) return true;
+  const CudaLibrary& lib = Library(session);
+  if (!lib.unavailable.empty()) {
+    ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
+      if (IsCheckableOnDevice(t)) CountUnchecked(/*on_device=*/true);
+    });
+    return true;
+  }
+  auto op = std::make_shared<LateOp>();
+  op->id = call.id;
+  op->parent_id = call.parent_id;
+  op->op = call.name;
+  op->overload = call.overload;
+  op->top_op = call.top_op;
+  op->forward_op = call.forward_op;
+  op->grad_enabled = call.grad_enabled;
+  op->takes_grad_input = call.takes_grad_input;
+  op->thread = call.thread;
+  const Monitor::Position position = session.monitor().NoteLateOp(
+      call.phase, call.grad_enabled, call.takes_grad_input, call.top_level);
+  op->step = position.step;
+  op->phase = position.phase;
+  const CheckLimits& limits = session.monitor().limits();
+  ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
+    if (!t.defined() || !torch_compat::FormatOf(t.scalar_type())) return;
+    LateInput in;
+    in.arg_index = index;
+    in.dtype = std::string(c10::toString(t.scalar_type()));
+    in.shape = Shape(t);
+    if (t.is_cuda()) {
+      in.storage = StorageKey(t);
+    } else {
+      // A host tensor fed to a GPU op (a batch being uploaded, a scalar):
+      // checked now, as it may change before the result arrives.
+      TensorFacts facts;
+      if (CheckTensor(t, limits, facts)) {
+        in.checked_on_host = true;
+        in.counts = facts.counts;
+        in.max_abs = MaxAbs(facts.format, facts.counts);
+      }
+    }
+    op->inputs.push_back(std::move(in));
+  });
+  if (op->phase == Phase::kForward && g_late->Wanted(op->op)) {
+    // Seen near the limit or non-finite before: the line is worth its cost.
+    std::vector<InputFacts> none;
+    std::vector<at::Tensor> no_outputs;
+    TorchOpContext context(inputs, none, no_outputs, traits, limits, torch_dir);
+    op->source = context.Source();
+    op->stack = context.Stack();
+  }
+  // Outputs: host ones are checked now; device ones are enqueued. The op
+  // is complete once every enqueued result is in (pending counts them).
+  std::vector<std::pair<at::Tensor, int>> device_outputs;
+  ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
+    const auto format = t.defined() ? torch_compat::FormatOf(t.scalar_type()) : std::nullopt;
+    if (!format) return;
+    TensorFacts facts;
+    if (IsCheckableOnDevice(t)) {
+      facts.format = *format;
+      facts.shape = Shape(t);
+      device_outputs.emplace_back(t, static_cast<int>(op->outputs.size()));
+    } else if (!CheckTensor(t, limits, facts)) {
+      return;
+    }
+    op->outputs.push_back(std::move(facts));
+    op->output_storages.push_back(IsCheckableOnDevice(t) ? StorageKey(t) : nullptr);
+  });
+  op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
+  for (const auto& [t, index] : device_outputs) {
+    std::string why;
+    void* stream = torch_compat::CurrentStreamHandle(t.device(), &why);
+    char error[256] = {};
+    auto* pending = new Pending{op, index};
+    const NanhuntDeviceTensor described = Describe(t, op->outputs[index].format);
+    const bool enqueued =
+        stream != nullptr &&
+        lib.enqueue(t.device().index(), stream, &described, pending, error,
+                    sizeof(error)) == 0;
+    if (enqueued) {
+      g_enqueued.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    delete pending;
+    // Not checked, and said so: never read as finite.
+    if (absl::string_view(error).find("capturing") != absl::string_view::npos) {
+      g_in_capture.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      CountUnchecked(/*on_device=*/true);
+    }
+    // Zero elements: counted as a call, not as values found finite.
+    op->outputs[index].counts = CheckCounts{};
+    op->pending.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  g_late->OnResult(op, -1, CheckCounts{});  // let go (see LateOp::pending)
+  return true;
+}
+
+void SetLateVerdictHandler(std::function<void(const LateOp&, Verdict)> fn) {
+  g_on_verdict = new std::function<void(const LateOp&, Verdict)>(std::move(fn));
+}
+
+void DrainDeviceChecks() {
+  static std::atomic<bool> drained{false};
+  if (g_late == nullptr || drained.exchange(true)) return;
+  Session* session = Session::Get();
+  if (session == nullptr) return;
+  const CudaLibrary& lib = Library(*session);
+  if (lib.unavailable.empty()) lib.drain();
+}
+
+DeviceTotals GetDeviceTotals() {
+  DeviceTotals totals;
+  totals.enqueued = g_enqueued.load();
+  totals.in_capture = g_in_capture.load();
+  if (g_late != nullptr) {
+    Session* session = Session::Get();
+    if (session != nullptr) {
+      const CudaLibrary& lib = Library(*session);
+      totals.unavailable = lib.unavailable;
+      if (lib.unavailable.empty()) totals.waits = lib.waits();
+    }
+  }
+  return totals;
+}
+
+}  // namespace nanhunt
+
+// Registered with Python's atexit at the first GPU output.
+extern "C" __attribute__((visibility("default"))) void nanhunt_drain_device_checks() {
+  nanhunt::DrainDeviceChecks();
+}

@@ -1,0 +1,54 @@
+// Op outputs that live on a GPU: checked by libnanhunt_cuda.so on the op's
+// own stream (loaded at the first such output), classified when the results
+// arrive (core/late_ops.h). No host-device synchronisation per op.
+#pragma once
+
+#include <ATen/record_function.h>
+
+#include <string>
+#include <vector>
+
+#include "core/late_ops.h"
+#include "core/monitor.h"
+#include "interpose/torch/op_check.h"
+
+namespace nanhunt {
+
+class Session;
+
+// One finished op, as the plugin knows it from its frames.
+struct DeviceOpCall {
+  uint64_t id = 0, parent_id = 0;
+  const char* name = "";
+  const char* overload = "";
+  const char* top_op = "";
+  const char* forward_op = "";
+  Phase phase = Phase::kForward;
+  bool grad_enabled = true, takes_grad_input = false, top_level = false;
+  uint64_t thread = 0;
+};
+
+// True when the op had floating-point outputs on a GPU: they are checked
+// there (or counted unchecked with the reason) and the CPU path has nothing
+// left to do. False for every op without GPU outputs.
+bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inputs,
+                   const std::vector<c10::IValue>& outputs, const OpTraits& traits,
+                   Session& session, const std::string& torch_dir);
+
+// Called with each late op's verdict (NaN guard, auto fp32), on the drain
+// thread. Set once, before any op.
+void SetLateVerdictHandler(std::function<void(const LateOp&, Verdict)> fn);
+
+// Delivers every result still in flight (waits for the GPU). Called before
+// the interpreter exits, while CUDA is still up.
+void DrainDeviceChecks();
+
+// For the trace: checks enqueued, ring waits, outputs left unchecked in
+// CUDA graph capture, and why the GPU path is off (empty when it is on).
+struct DeviceTotals {
+  int64_t enqueued = 0, waits = 0, in_capture = 0;
+  std::string unavailable;
+};
+DeviceTotals GetDeviceTotals();
+
+}  // namespace nanhunt

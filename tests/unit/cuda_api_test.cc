@@ -1,0 +1,45 @@
+// libnanhunt_cuda.so as the plugin uses it (dlopen, C interface). Without a
+// driver (CI), an enqueue must fail with the CUDA call named and keep the
+// caller's context; with a GPU, an empty check is delivered. Either way the
+// process goes on.
+#include <dlfcn.h>
+
+#include <atomic>
+#include <string>
+
+#include "cupti/cuda_api.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+std::atomic<int> g_delivered{0};
+void Deliver(void*, const nanhunt::CheckCounts* counts) {
+  if (counts->elements == 0) g_delivered.fetch_add(1);
+}
+
+TEST(CudaApiTest, EnqueueWithoutADriverFailsCleanlyAndWithAGpuDelivers) {
+  void* lib = dlopen(NANHUNT_CUDA_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto start = reinterpret_cast<decltype(&nanhunt_cuda_start)>(dlsym(lib, "nanhunt_cuda_start"));
+  auto enqueue = reinterpret_cast<decltype(&nanhunt_cuda_enqueue)>(dlsym(lib, "nanhunt_cuda_enqueue"));
+  auto drain = reinterpret_cast<decltype(&nanhunt_cuda_drain)>(dlsym(lib, "nanhunt_cuda_drain"));
+  ASSERT_TRUE(start && enqueue && drain);
+  char error[256] = {};
+  ASSERT_EQ(start(16376.0, &Deliver, error, sizeof(error)), 0) << error;
+  NanhuntDeviceTensor empty{};
+  empty.format = static_cast<int>(nanhunt::Format::kF16);
+  empty.dense = 1;
+  int context = 0;
+  const int rc = enqueue(0, /*default stream*/ nullptr, &empty, &context, error,
+                         sizeof(error));
+  if (rc != 0) {
+    // No driver or no device: the message names the CUDA call that failed.
+    EXPECT_NE(std::string(error).find("cuda"), std::string::npos) << error;
+    EXPECT_EQ(g_delivered.load(), 0);
+  } else {
+    drain();
+    EXPECT_EQ(g_delivered.load(), 1);
+  }
+}
+
+}  // namespace

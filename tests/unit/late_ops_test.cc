@@ -1,0 +1,150 @@
+// Classification of ops whose outputs are checked on the GPU: results come
+// later, through the check ring, in enqueue order; origin, propagation and
+// nesting must come out as on the CPU. The device is a fake whose slots
+// finish when the test says so.
+#include "core/late_ops.h"
+
+#include <map>
+
+#include "absl/container/flat_hash_set.h"
+#include "core/check_ring.h"
+#include "gtest/gtest.h"
+
+namespace nanhunt {
+namespace {
+
+// Slots finish when told; each holds the counts the test planted.
+class PlantedDevice : public DeviceChecks {
+ public:
+  int slots() const override { return 4; }
+  void Plant(int slot, const CheckCounts& c) {
+    absl::MutexLock lock(&mu_);
+    planted_[slot] = c;
+    done_[slot] = false;
+  }
+  void Finish(int slot) {
+    absl::MutexLock lock(&mu_);
+    done_[slot] = true;
+  }
+  bool Poll(int slot, CheckCounts* result) override {
+    absl::MutexLock lock(&mu_);
+    if (!done_[slot]) return false;
+    *result = planted_[slot];
+    return true;
+  }
+  void Wait(int slot, CheckCounts* result) override {
+    absl::MutexLock lock(&mu_);
+    *result = planted_[slot];
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<int, CheckCounts> planted_;
+  std::map<int, bool> done_;
+};
+
+CheckCounts Counts(uint64_t posinf) {
+  CheckCounts c;
+  c.elements = 16;
+  c.posinf = posinf;
+  c.max_abs_bits = posinf ? 0x7C00 : 0x3C00;
+  return c;
+}
+
+int g_storage[8];  // addresses standing in for device storages
+
+std::shared_ptr<LateOp> Op(uint64_t id, const char* name, int out, int in = -1,
+                           uint64_t parent = 0) {
+  auto op = std::make_shared<LateOp>();
+  op->id = id;
+  op->parent_id = parent;
+  op->op = name;
+  TensorFacts facts;
+  facts.format = Format::kF16;
+  facts.shape = "[4, 4]";
+  op->outputs.push_back(facts);
+  op->output_storages.push_back(&g_storage[out]);
+  if (in >= 0) {
+    LateInput input;
+    input.dtype = "float16";
+    input.storage = &g_storage[in];
+    op->inputs.push_back(input);
+  }
+  op->pending = 1;
+  return op;
+}
+
+class LateOpsTest : public ::testing::Test {
+ protected:
+  Config config_;
+  Monitor monitor_{config_, nullptr, [] { return 1.0; }};
+  absl::flat_hash_set<const void*> registry_;
+  LateOps late_{&monitor_,
+                [this](const void* s) { return registry_.contains(s); },
+                [this](const void* s, bool bad) {
+                  if (bad) registry_.insert(s); else registry_.erase(s);
+                }};
+};
+
+TEST_F(LateOpsTest, ResultsFinishingOutOfOrderAreStillJudgedInEnqueueOrder) {
+  PlantedDevice device;
+  std::vector<std::pair<std::string, Verdict>> verdicts;
+  late_.set_on_verdict([&](const LateOp& op, Verdict v) {
+    verdicts.emplace_back(op.op, v);
+  });
+  CheckRing ring(&device, [&](const PendingCheck& check, const CheckCounts& c) {
+    late_.OnResult(std::static_pointer_cast<LateOp>(check.context), 0, c);
+  });
+  // bmm overflows (origin); softmax reads bmm's output (propagated).
+  int bmm_slot = -1, softmax_slot = -1;
+  ASSERT_TRUE(ring.Enqueue(nullptr, Op(1, "aten::bmm", 0), [&](int slot) {
+    device.Plant(bmm_slot = slot, Counts(3));
+    return true;
+  }));
+  ASSERT_TRUE(ring.Enqueue(nullptr, Op(2, "aten::_softmax", 1, 0), [&](int slot) {
+    device.Plant(softmax_slot = slot, Counts(16));
+    return true;
+  }));
+  device.Finish(softmax_slot);  // the later check finishes first
+  ring.DrainReady();
+  EXPECT_TRUE(verdicts.empty()) << "nothing may be judged before bmm";
+  device.Finish(bmm_slot);
+  ring.DrainAll();
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0], std::make_pair(std::string("aten::bmm"), Verdict::kOrigin));
+  EXPECT_EQ(verdicts[1], std::make_pair(std::string("aten::_softmax"), Verdict::kPropagated));
+  EXPECT_EQ(monitor_.first_origin()->op, "aten::bmm");
+}
+
+TEST_F(LateOpsTest, AnEnclosingOpOfANestedOriginIsNotASecondOrigin) {
+  EXPECT_EQ(late_.OnResult(Op(11, "aten::bmm", 2, -1, /*parent=*/10), 0, Counts(1)),
+            Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(Op(10, "aten::baddbmm", 3), 0, Counts(1)),
+            Verdict::kPropagated);
+}
+
+TEST_F(LateOpsTest, AFiniteResultClearsTheStorageSoItsNextUseIsJudgedAfresh) {
+  late_.OnResult(Op(1, "aten::mul", 4), 0, Counts(2));
+  EXPECT_TRUE(registry_.contains(&g_storage[4]));
+  late_.OnResult(Op(2, "aten::mul", 4), 0, Counts(0));  // memory reused
+  EXPECT_FALSE(registry_.contains(&g_storage[4]));
+  EXPECT_EQ(late_.OnResult(Op(3, "aten::exp", 5, 4), 0, Counts(1)), Verdict::kOrigin);
+}
+
+TEST_F(LateOpsTest, AnOpWithoutASourceLineIsWantedNextTimeAndWaitsForAllOutputs) {
+  EXPECT_FALSE(late_.Wanted("aten::exp"));
+  auto op = Op(1, "aten::exp", 6);
+  TensorFacts second = op->outputs[0];
+  op->outputs.push_back(second);
+  op->output_storages.push_back(&g_storage[7]);
+  op->pending = 3;  // two results, and the enqueuing thread's hold
+  EXPECT_FALSE(late_.OnResult(op, 0, Counts(0)).has_value());
+  EXPECT_FALSE(late_.OnResult(op, 1, Counts(4)).has_value());
+  EXPECT_EQ(late_.OnResult(op, -1, CheckCounts{}), Verdict::kOrigin);
+  EXPECT_TRUE(late_.Wanted("aten::exp"));
+  EXPECT_TRUE(registry_.contains(&g_storage[7]));
+  EXPECT_FALSE(registry_.contains(&g_storage[6]));
+}
+
+}  // namespace
+}  // namespace nanhunt
