@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/check_limits.h"
+#include "viewer/diagnosis.h"
 #include "viewer/json_writer.h"
 
 namespace nanhunt {
@@ -63,6 +64,23 @@ double ReachedAbs(const FindingRow& f) {
 std::string Fit(absl::string_view s, size_t width) {
   if (s.size() <= width) return std::string(s);
   return absl::StrCat(s.substr(0, width - 1), "~");
+}
+
+// `text` broken at spaces into lines of at most `width` columns, lines
+// after the first starting with `indent` (which counts in the width).
+std::string Wrap(absl::string_view text, size_t width, absl::string_view indent) {
+  std::string out, line;
+  size_t limit = width;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line.empty() && line.size() + 1 + word.size() > limit) {
+      absl::StrAppend(&out, line, "\n", indent);
+      line.clear();
+      limit = width - indent.size();
+    }
+    if (!line.empty()) line += ' ';
+    absl::StrAppend(&line, word);
+  }
+  return out + line;
 }
 
 std::string StepRanges(const std::vector<int64_t>& steps) {
@@ -123,6 +141,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       p.nonfinite_values += o.nonfinite();
       p.near_max += o.near_max;
       p.underflow += o.underflow;
+      p.elements += o.elements;
     }
     if (s.loss_scale.empty() && !t.loss_scale.empty()) {
       // Ranks of one run update their scalers alike: one history tells it.
@@ -196,6 +215,19 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     absl::StrAppend(&out, "  command: ", Fit(c, w - 11), "\n");
   }
 
+  const Diagnosis diagnosis = Diagnose(s);
+  const std::string& tone = diagnosis.kind == "healthy" ? yellow : red;
+  absl::StrAppend(&out, "\n", bold, "DIAGNOSIS", reset, "  ",
+                  diagnosis.kind == "healthy" && s.warnings.empty() ? "" : tone,
+                  Fit(diagnosis.title, w - 13), reset, "\n");
+  for (const auto& e : diagnosis.evidence) {
+    absl::StrAppend(&out, "  - ", Wrap(e, w - 4, "    "), "\n");
+  }
+  if (!diagnosis.fixes.empty()) absl::StrAppend(&out, "  what to try:\n");
+  for (size_t i = 0; i < diagnosis.fixes.size(); ++i) {
+    absl::StrAppend(&out, "  ", i + 1, ". ", Wrap(diagnosis.fixes[i], w - 5, "     "), "\n");
+  }
+
   absl::StrAppend(&out, "\n", bold, "FIRST NON-FINITE VALUES", reset, "\n");
   if (!s.first_origin) {
     absl::StrAppend(&out, "  none: every checked output was finite\n");
@@ -207,11 +239,11 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       absl::StrAppend(&out, "          finite inputs gave ", f.dtype,
                       " outputs with");
     } else {
-      absl::StrAppend(&out, "  ", red, "input", reset,
-                      "   non-finite values arrived from outside (data, a "
-                      "constant), first consumed by ",
-                      bold, OpLabel(f), reset, "  ", f.phase, "  step ",
-                      f.step, "\n          outputs:");
+      absl::StrAppend(&out, "  ", red, "input", reset, "   ", bold, OpLabel(f),
+                      reset, "  ", f.phase, "  step ", f.step,
+                      "\n          non-finite values arrived from outside (data, "
+                      "a constant); this op consumed them first\n"
+                      "          outputs:");
     }
     if (f.nan) absl::StrAppend(&out, " nan=", f.nan);
     if (f.posinf) absl::StrAppend(&out, " +inf=", f.posinf);
@@ -297,7 +329,7 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
   absl::StrAppend(&out, "\n", bold, "BY PHASE", reset, "\n");
   for (const PhaseTotals& p : s.phases) {
     absl::StrAppend(&out, absl::StrFormat(
-                              "  %-9s %10d op calls  %10d non-finite values  "
+                              "  %-9s %10d op calls  %10d non-finite  "
                               "%8d near-max  %10d underflow\n",
                               p.phase, p.calls, p.nonfinite_values, p.near_max,
                               p.underflow));
@@ -380,6 +412,18 @@ std::string RenderJson(const RunSummary& s) {
   j.EndArray();
   j.Key("torch_version").String(s.torch_version);
   j.Key("steps").Int(s.steps);
+  const Diagnosis diagnosis = Diagnose(s);
+  j.Key("diagnosis").BeginObject();
+  j.Key("kind").String(diagnosis.kind);
+  j.Key("title").String(diagnosis.title);
+  j.Key("op").String(diagnosis.op);
+  j.Key("evidence").BeginArray();
+  for (const auto& e : diagnosis.evidence) j.String(e);
+  j.EndArray();
+  j.Key("fixes").BeginArray();
+  for (const auto& f : diagnosis.fixes) j.String(f);
+  j.EndArray();
+  j.EndObject();
   j.Key("first_origin");
   if (!s.first_origin) {
     j.Null();

@@ -12,7 +12,7 @@ namespace nanhunt {
 
 struct PhaseTotals {
   std::string phase;
-  int64_t calls = 0, nonfinite_values = 0,
+  int64_t calls = 0, elements = 0, nonfinite_values = 0,
           near_max = 0, underflow = 0;
 };
 

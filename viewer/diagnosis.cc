@@ -1,0 +1,263 @@
+#include "viewer/diagnosis.h"
+
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/check_limits.h"
+
+namespace nanhunt {
+namespace {
+
+bool IsMatmul(absl::string_view op) {
+  for (const char* m : {"aten::bmm", "aten::mm", "aten::matmul", "aten::baddbmm",
+                        "aten::addmm", "aten::linear", "aten::einsum"}) {
+    if (op == m) return true;
+  }
+  return false;
+}
+
+bool IsReduction(absl::string_view op) {
+  for (const char* r : {"aten::exp", "aten::sum", "aten::pow", "aten::log",
+                        "aten::mean", "aten::mse_loss", "aten::var", "aten::norm",
+                        "aten::linalg_vector_norm", "aten::square"}) {
+    if (op == r) return true;
+  }
+  return false;
+}
+
+// The op a user can switch: the outermost one autocast sees (matmul, not
+// the bmm inside it).
+std::string Switchable(const FindingRow& f) {
+  return f.top_op.empty() ? f.op : f.top_op;
+}
+
+std::string Percent(double share) { return absl::StrFormat("%.0f%%", 100 * share); }
+
+const PhaseTotals* Phase(const RunSummary& s, absl::string_view name) {
+  for (const PhaseTotals& p : s.phases) {
+    if (p.phase == name) return &p;
+  }
+  return nullptr;
+}
+
+double SkippedShare(const RunSummary& s) {
+  if (s.loss_scale.empty()) return 0;
+  return static_cast<double>(s.skipped_steps.size()) /
+         static_cast<double>(s.loss_scale.size());
+}
+
+void AddWarningTrend(const RunSummary& s, const std::string& op, Diagnosis& d) {
+  int64_t first_step = -1;
+  double first = 0, last = 0;
+  for (const FindingRow& w : s.warnings) {
+    if (w.op != op && w.top_op != op) continue;
+    if (first_step < 0) {
+      first_step = w.step;
+      first = w.max_abs;
+    }
+    last = w.max_abs;
+  }
+  if (first_step >= 0) {
+    d.evidence.push_back(absl::StrFormat(
+        "it was warned about from step %d on: |x| rose from %.0f%% to %.0f%% "
+        "of 65504 before it overflowed",
+        first_step, 100 * first / kFp16Max, 100 * last / kFp16Max));
+  }
+}
+
+void AddLossScale(const RunSummary& s, Diagnosis& d) {
+  if (s.loss_scale.empty()) return;
+  d.evidence.push_back(absl::StrFormat(
+      "GradScaler: scale %g at step %d -> %g at step %d; %d of %d steps "
+      "skipped (%s)",
+      s.loss_scale.front().scale, s.loss_scale.front().step,
+      s.loss_scale.back().scale, s.loss_scale.back().step,
+      s.skipped_steps.size(), s.loss_scale.size(), Percent(SkippedShare(s))));
+}
+
+Diagnosis NonFiniteInput(const RunSummary& s, const FindingRow& f) {
+  Diagnosis d;
+  d.kind = "nonfinite_input";
+  d.title = "Non-finite values came in with the data, not from an op";
+  d.op = f.op;
+  d.evidence.push_back(absl::StrCat(
+      "step ", f.step, ": ", f.op, " (", f.phase, ") was given inf/NaN that no "
+      "checked op had produced", f.source.empty() ? "" : ", at " + f.source));
+  if (!f.inputs.empty()) d.evidence.push_back("its inputs: " + f.inputs);
+  d.fixes.push_back(absl::StrCat(
+      "find the record: the batch of step ", f.step,
+      " holds inf/NaN; check the dataset and its preprocessing (division by "
+      "zero, log of 0, a corrupt file)"));
+  d.fixes.push_back(
+      "guard the input pipeline: assert torch.isfinite(batch).all(), or drop "
+      "such records when loading");
+  d.fixes.push_back(
+      "NANHUNT_ON_NONFINITE=raise with NANHUNT_SNAPSHOT_DIR stops at that batch "
+      "and saves it");
+  return d;
+}
+
+Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
+  Diagnosis d;
+  d.kind = "forward_overflow";
+  const std::string op = Switchable(f);
+  d.op = op;
+  d.title = absl::StrCat("Forward overflow: ", op,
+                         " produced values past fp16's 65504 at step ", f.step);
+  std::string reached;
+  if (f.fp32_max_abs) {
+    reached = absl::StrFormat(" (recomputed in fp32 they reach %.6g, %.2fx the limit)",
+                              *f.fp32_max_abs, *f.fp32_max_abs / kFp16Max);
+  }
+  d.evidence.push_back(absl::StrCat(
+      "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      " turned finite ", f.dtype, " inputs into inf/NaN", reached,
+      f.source.empty() ? "" : ", at " + f.source));
+  AddWarningTrend(s, f.op, d);
+  if (s.steps > 0) {
+    d.evidence.push_back(absl::StrFormat(
+        "it happened %s: %d of %d steps ran before it",
+        f.step < s.steps / 4 + 1 ? "early" : "mid-run, as activations grew", f.step,
+        s.steps));
+  }
+  d.fixes.push_back(absl::StrCat(
+      "run ", op, " in fp32: NANHUNT_FP32_OPS=", op,
+      " now, without code change; in code, compute it under "
+      "torch.autocast(..., enabled=False) with .float() inputs"));
+  if (IsMatmul(f.op) || IsMatmul(op)) {
+    d.fixes.push_back(
+        "scale before the matmul, not after: (q * d**-0.5) @ k.transpose(-1, "
+        "-2), or F.scaled_dot_product_attention, which does");
+  }
+  if (IsReduction(f.op) || IsReduction(op)) {
+    d.fixes.push_back(
+        "use a library function that subtracts the max or accumulates in fp32 "
+        "(torch.logsumexp, F.cross_entropy, F.log_softmax) instead of exp/sum "
+        "by hand");
+  }
+  d.fixes.push_back(
+      "or run autocast in bf16 (fp32's range): NANHUNT_AUTOCAST_DTYPE=bf16 "
+      "now; torch.autocast(..., dtype=torch.bfloat16) in code (GPUs from "
+      "Ampere on)");
+  d.fixes.push_back(
+      "if the inputs themselves grow (raw counts, unnormalised features), "
+      "normalise them");
+  return d;
+}
+
+Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
+  Diagnosis d;
+  d.kind = "backward_overflow";
+  d.op = f.op;
+  d.title = absl::StrCat("NaN mid-training: gradients overflowed in ", f.op,
+                         " (", f.phase, ") at step ", f.step);
+  d.evidence.push_back(absl::StrCat(
+      "step ", f.step, ": ", f.op,
+      f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
+      " turned finite ", f.dtype, " values into inf/NaN; the forward pass was "
+      "finite"));
+  AddWarningTrend(s, f.op, d);
+  AddLossScale(s, d);
+  d.fixes.push_back(
+      "use loss scaling with skipping: torch.amp.GradScaler, or "
+      "NANHUNT_SKIP_NONFINITE_STEPS=1 now, so a bad step is skipped instead "
+      "of writing NaN into the weights");
+  if (!f.forward_op.empty()) {
+    d.fixes.push_back(absl::StrCat("run ", f.forward_op,
+                                   " in fp32 (its backward then runs in fp32): "
+                                   "NANHUNT_FP32_OPS=", f.forward_op));
+  }
+  d.fixes.push_back(
+      "or bf16 autocast (NANHUNT_AUTOCAST_DTYPE=bf16); and clip gradients "
+      "(torch.nn.utils.clip_grad_norm_) or lower the learning rate if "
+      "gradients keep growing");
+  return d;
+}
+
+}  // namespace
+
+Diagnosis Diagnose(const RunSummary& s) {
+  if (s.first_origin) {
+    const FindingRow& f = *s.first_origin;
+    if (f.kind == "input") return NonFiniteInput(s, f);
+    if (f.phase == "forward") return ForwardOverflow(s, f);
+  }
+  // A GradScaler keeps backward overflows out of the weights, at the price
+  // of the steps it skips: past a share of them, training stalls.
+  const double skipped = SkippedShare(s);
+  if (!s.loss_scale.empty() && skipped >= kSkippedStepsShare) {
+    Diagnosis d;
+    d.kind = "skipped_steps";
+    d.title = absl::StrCat("Stalled training: GradScaler skipped ", Percent(skipped),
+                           " of the steps");
+    AddLossScale(s, d);
+    d.evidence.push_back(
+        "a skipped step changes no weight: the loss plateaus while the "
+        "scaler keeps finding inf/NaN gradients");
+    if (!s.ops.empty()) {
+      d.evidence.push_back(absl::StrFormat(
+          "closest to the limit: %s (%s) at |x| = %.6g", s.ops.front().op,
+          s.ops.front().phase, s.ops.front().max_abs));
+      d.op = s.ops.front().op;
+    }
+    d.fixes.push_back(absl::StrCat(
+        "find the op that overflows each step: run without the scaler's "
+        "skipping once (or NANHUNT_ON_NONFINITE=raise); then "
+        "NANHUNT_FP32_OPS=", d.op.empty() ? "<op>" : d.op, " or bf16"));
+    d.fixes.push_back(
+        "a scale that only falls means the gradients overflow at any scale: "
+        "lower the learning rate or clip gradients");
+    return d;
+  }
+  if (s.first_origin) return BackwardOverflow(s, *s.first_origin);
+  const PhaseTotals* backward = Phase(s, "backward");
+  if (backward != nullptr && backward->elements > 0) {
+    const double share = static_cast<double>(backward->underflow) /
+                         static_cast<double>(backward->elements);
+    if (share >= kGradientUnderflowShare) {
+      Diagnosis d;
+      d.kind = "underflow";
+      d.title = absl::StrCat("Gradients underflow: ", Percent(share),
+                             " of backward values are below fp16's smallest "
+                             "normal (6.1e-5)");
+      d.evidence.push_back(absl::StrCat(
+          backward->underflow, " of ", backward->elements,
+          " values in the backward pass are so small that fp16 flushes them "
+          "toward zero: updates vanish and the loss plateaus"));
+      AddLossScale(s, d);
+      d.fixes.push_back(
+          s.loss_scale.empty()
+              ? "scale the loss: torch.amp.GradScaler multiplies it (by 65536 "
+                "to start) so small gradients stay representable"
+              : "the scaler's scale is too small for these gradients: raise "
+                "init_scale or growth_factor");
+      d.fixes.push_back(
+          "or bf16 autocast (NANHUNT_AUTOCAST_DTYPE=bf16), whose range goes "
+          "down to 1e-38");
+      return d;
+    }
+  }
+  Diagnosis d;
+  d.kind = "healthy";
+  d.title = "Healthy: no non-finite values, nothing close to fp16's limit";
+  if (!s.warnings.empty()) {
+    const FindingRow& w = s.warnings.back();
+    d.title = "Healthy so far: no non-finite values, but values are nearing "
+              "fp16's limit";
+    d.op = w.op;
+    d.evidence.push_back(absl::StrFormat(
+        "%s (%s) reached |x| = %.6g, %.0f%% of 65504, at step %d", w.op, w.phase,
+        w.max_abs, 100 * w.max_abs / kFp16Max, w.step));
+    d.fixes.push_back(absl::StrCat(
+        "if it keeps growing it will overflow: NANHUNT_FP32_OPS=auto switches "
+        "such ops to fp32 before they do"));
+  } else {
+    d.evidence.push_back(absl::StrCat("every checked output of ", s.steps,
+                                      " steps was finite"));
+  }
+  return d;
+}
+
+}  // namespace nanhunt

@@ -1,0 +1,31 @@
+// What went wrong in a run, classified the way someone who has debugged
+// many fp16 runs would: one class, the evidence for it, and the fixes that
+// usually apply, most direct first. Computed from a RunSummary alone, so it
+// is the same in the terminal, the JSON and the HTML report.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "viewer/summary.h"
+
+namespace nanhunt {
+
+struct Diagnosis {
+  // forward_overflow, backward_overflow, nonfinite_input, skipped_steps,
+  // underflow, healthy.
+  std::string kind;
+  std::string title;                  // one line for a newcomer
+  std::string op;                     // the op it is about, if any
+  std::vector<std::string> evidence;  // facts from the trace
+  std::vector<std::string> fixes;     // what to try, most direct first
+};
+
+Diagnosis Diagnose(const RunSummary& s);
+
+// Shares of steps skipped and of backward values below fp16's smallest
+// normal at which a run counts as stalled rather than healthy.
+inline constexpr double kSkippedStepsShare = 0.2;
+inline constexpr double kGradientUnderflowShare = 0.05;
+
+}  // namespace nanhunt
