@@ -230,6 +230,13 @@ const Setting kSettings[] = {
      [](absl::string_view v, Config&) {
        return v.empty() ? Invalid(Info("NANHUNT_PYTHON"), v) : absl::OkStatus();
      }},
+    {{"NANHUNT_PROGRESS_MS", "1000", "an integer in [0, 600000]",
+      "`nanhunt view`, `report` and `compare` show a progress line on a "
+      "terminal when reading traces takes longer than this; not read by "
+      "monitored processes"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber("NANHUNT_PROGRESS_MS", v, 0, 600000, c.progress_ms);
+     }},
     {{"NANHUNT_CONFIG", "(none)", "path to a readable file",
       "config file of NAME = value lines; the environment wins over it"},
      [](absl::string_view, Config&) { return absl::OkStatus(); }},

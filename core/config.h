@@ -38,6 +38,7 @@ struct Config {
   bool fp32_auto = false;
   std::string policy_file;  // NANHUNT_POLICY: fp32 ops learned by a run
   bool skip_nonfinite_steps = false;  // GradScaler-style skipping
+  int progress_ms = 1000;  // viewer: progress line on a terminal after this
   std::string snapshot_dir;  // empty: no snapshot
   std::string torch_plugin;  // empty: next to libnanhunt.so
   std::string run_id;        // empty: one per process

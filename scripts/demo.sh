@@ -13,3 +13,6 @@ echo
 echo "== python demo/train.py, under nanhunt (the script is not changed)"
 echo
 build/bin/nanhunt run --out "$out" -- .venv/bin/python demo/train.py
+echo
+echo "== the same, as a report for the browser"
+build/bin/nanhunt report -o "$out/report.html" "$out"

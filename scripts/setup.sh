@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(cmake g++ make pkg-config libabsl-dev libsqlite3-dev sqlite3
-              libgtest-dev python3-venv)
+              libgtest-dev python3-venv libjs-chart.js chromium)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -196,7 +196,16 @@ Diagnosis Diagnose(const RunSummary& s) {
     d.evidence.push_back(
         "a skipped step changes no weight: the loss plateaus while the "
         "scaler keeps finding inf/NaN gradients");
-    if (!s.ops.empty()) {
+    if (s.first_origin) {
+      // The scaled gradients overflow first there; the forward op of that
+      // backward op is the one to give more range.
+      const FindingRow& f = *s.first_origin;
+      d.op = f.forward_op.empty() ? Switchable(f) : f.forward_op;
+      d.evidence.push_back(absl::StrCat(
+          "the scaled gradients first overflowed in ", f.op,
+          f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
+          " (", f.phase, ") at step ", f.step));
+    } else if (!s.ops.empty()) {
       d.evidence.push_back(absl::StrFormat(
           "closest to the limit: %s (%s) at |x| = %.6g", s.ops.front().op,
           s.ops.front().phase, s.ops.front().max_abs));

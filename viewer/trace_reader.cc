@@ -4,8 +4,13 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <functional>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -73,6 +78,50 @@ bool IsDirectory(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// Whether the trace has `table` (older schemas lack the newer tables).
+bool HasTable(sqlite3* db, const std::string& table, std::vector<std::string>& problems) {
+  bool found = false;
+  const std::string sql =
+      absl::StrCat("SELECT 1 FROM sqlite_master WHERE name = '", table, "'");
+  Query(db, "sqlite_master", sql.c_str(), [&](sqlite3_stmt*) { found = true; },
+        problems);
+  return found;
+}
+
+// "nanhunt: reading <file>... 2.4 s" on a terminal, for reads that take
+// longer than a moment; SQLite calls Tick as it works. Cleared when done.
+class ProgressLine {
+ public:
+  ProgressLine(sqlite3* db, const std::string& path, int after_ms)
+      : db_(db), path_(path), after_(std::chrono::milliseconds(after_ms)) {
+    if (after_ms >= 0 && isatty(STDERR_FILENO)) {
+      sqlite3_progress_handler(db_, 200000, &Tick, this);
+    }
+  }
+  ~ProgressLine() {
+    sqlite3_progress_handler(db_, 0, nullptr, nullptr);
+    if (shown_) fputs("\r\x1b[K", stderr);
+  }
+
+ private:
+  static int Tick(void* self) {
+    auto* p = static_cast<ProgressLine*>(self);
+    const auto elapsed = std::chrono::steady_clock::now() - p->start_;
+    if (elapsed >= p->after_) {
+      fprintf(stderr, "\rnanhunt: reading %s... %.1f s", p->path_.c_str(),
+              std::chrono::duration<double>(elapsed).count());
+      p->shown_ = true;
+    }
+    return 0;  // never interrupts
+  }
+
+  sqlite3* const db_;
+  const std::string path_;
+  const std::chrono::milliseconds after_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool shown_ = false;
+};
+
 // "nanhunt-<run id>-<pid>.sqlite" -> "<run id>".
 std::string RunIdOf(const std::string& file) {
   std::string base = file.substr(file.rfind('/') + 1);
@@ -84,7 +133,8 @@ std::string RunIdOf(const std::string& file) {
 
 }  // namespace
 
-absl::StatusOr<Trace> ReadTrace(const std::string& path) {
+absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
+                                int progress_ms) {
   sqlite3* db = nullptr;
   // Read-write without create: a trace left by a killed process has a WAL
   // file that must be replayed. Falls back to read-only for read-only media.
@@ -107,6 +157,8 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
   // viewer never writes, so the pragma's other effect does not matter.
   sqlite3_exec(db, "PRAGMA writable_schema=ON", nullptr, nullptr, nullptr);
   Trace t;
+  std::optional<ProgressLine> progress;
+  progress.emplace(db, path, progress_ms);
   t.path = path;
   Query(db, "meta", "SELECT key, value FROM meta",
         [&](sqlite3_stmt* s) { t.meta[Text(s, 0)] = Text(s, 1); }, t.problems);
@@ -134,6 +186,25 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
           t.ops.push_back(std::move(o));
         },
         t.problems);
+  if (with_series) {
+    Query(db, "op_stats",
+          "SELECT step, op, phase, dtype, MAX(max_abs),"
+          " SUM(nan + posinf + neginf), SUM(underflow), SUM(elements)"
+          " FROM op_stats GROUP BY step, op, phase, dtype ORDER BY step",
+          [&](sqlite3_stmt* s) {
+            OpStep o;
+            o.step = sqlite3_column_int64(s, 0);
+            o.op = Text(s, 1);
+            o.phase = Text(s, 2);
+            o.dtype = Text(s, 3);
+            o.max_abs = sqlite3_column_double(s, 4);
+            o.nonfinite = sqlite3_column_int64(s, 5);
+            o.underflow = sqlite3_column_int64(s, 6);
+            o.elements = sqlite3_column_int64(s, 7);
+            t.op_steps.push_back(std::move(o));
+          },
+          t.problems);
+  }
   Query(db, "steps",
         "SELECT step, SUM(ops), SUM(nonfinite_ops), SUM(origins), "
         "MAX(max_abs), MIN(started), MAX(ended) FROM steps GROUP BY step "
@@ -150,11 +221,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
           t.steps.push_back(r);
         },
         t.problems);
-  bool has_loss_scale = false;  // schema 2 and later
-  Query(db, "sqlite_master",
-        "SELECT 1 FROM sqlite_master WHERE name = 'loss_scale'",
-        [&](sqlite3_stmt*) { has_loss_scale = true; }, t.problems);
-  if (has_loss_scale) {
+  if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later
     Query(db, "loss_scale",
           "SELECT step, scale, skipped FROM loss_scale ORDER BY rowid",
           [&](sqlite3_stmt* s) {
@@ -164,11 +231,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
           },
           t.problems);
   }
-  bool has_skips = false;  // schema 3 and later
-  Query(db, "sqlite_master",
-        "SELECT 1 FROM sqlite_master WHERE name = 'skipped_steps'",
-        [&](sqlite3_stmt*) { has_skips = true; }, t.problems);
-  if (has_skips) {
+  if (HasTable(db, "skipped_steps", t.problems)) {  // schema 3 and later
     Query(db, "skipped_steps",
           "SELECT step, first_op, forward_op, time FROM skipped_steps ORDER BY rowid",
           [&](sqlite3_stmt* s) {
@@ -181,6 +244,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path) {
           },
           t.problems);
   }
+  progress.reset();
   sqlite3_close(db);
   if (t.meta.empty() && !t.problems.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -22,6 +22,14 @@ struct OpTotals {
   int64_t nonfinite() const { return nan + posinf + neginf; }
 };
 
+// One op's outputs in one step (all dtypes), for charts and comparisons.
+struct OpStep {
+  int64_t step = 0;
+  std::string op, phase, dtype;
+  double max_abs = 0;
+  int64_t nonfinite = 0, underflow = 0, elements = 0;
+};
+
 struct Trace {
   std::string path;
   std::map<std::string, std::string> meta;
@@ -30,12 +38,17 @@ struct Trace {
   std::vector<StepRow> steps;
   std::vector<LossScaleRow> loss_scale;  // GradScaler updates, in order
   std::vector<SkipRow> skips;  // optimizer steps nanhunt skipped (schema 3)
+  std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   std::vector<std::string> problems;  // what could not be read, and why
 };
 
 // Reads one trace. Fails only when the file cannot be opened as SQLite at
 // all; anything less yields a Trace with `problems` filled in.
-absl::StatusOr<Trace> ReadTrace(const std::string& path);
+// `with_series`: also read per-step, per-op rows (report, compare).
+// `progress_ms` >= 0: when reading takes longer and stderr is a terminal,
+// a progress line shows there (and is cleared at the end).
+absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series = false,
+                                int progress_ms = -1);
 
 // The trace files among `paths` (files, or folders whose *.sqlite files are
 // taken). Folders holding several runs keep only the newest run unless

@@ -78,6 +78,30 @@ TEST_F(TraceTest, WrittenRowsReadBackAndSummarise) {
   EXPECT_NE(json.find("\"max_abs\":71000"), std::string::npos) << json;
 }
 
+TEST_F(TraceTest, AfterCloseTheTraceFileAloneHoldsEverything) {
+  // In a monitored process the writer is never destroyed (it is leaked on
+  // purpose): Close must leave the rows in the main file, not in the WAL,
+  // so that a trace copied on its own is complete.
+  auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->PutMeta("command", "python train.py");
+  StepRow st;
+  st.step = 7;
+  (*w)->Add(st);
+  (*w)->Close();
+  const std::string copy = dir_ + "/copied-alone.sqlite";
+  {
+    std::ifstream in(path_, std::ios::binary);
+    std::ofstream out(copy, std::ios::binary);
+    out << in.rdbuf();
+  }
+  auto t = ReadTrace(copy);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->meta["command"], "python train.py");
+  ASSERT_EQ(t->steps.size(), 1u);
+  EXPECT_EQ(t->steps[0].step, 7);
+}
+
 TEST_F(TraceTest, FlushMakesRowsVisibleToAReaderWhileTheWriterRuns) {
   auto w = TraceWriter::Open(path_, std::chrono::seconds(60));
   ASSERT_TRUE(w.ok());

@@ -1,0 +1,85 @@
+"""`nanhunt report`: one self-contained HTML file, opened in a real headless
+Chromium: no console errors, no network requests (the page's own policy
+refuses them, and a refusal is a console error), every chart drawn with
+data points, the origin op shown. Screenshots go under the build folder."""
+import html
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import BUILD, DEMO, NANHUNT, PYTHON, SCRIPTS, preload_run, run
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="scripts/setup.sh installs chromium")
+
+
+def open_in_chromium(page, screenshot=None):
+    """Loads `page`; returns (DOM after load, console lines)."""
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+             "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
+             "--window-size=1280,2400"]
+    r = subprocess.run(flags + ["--dump-dom", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    console = [l for l in r.stderr.splitlines() if "CONSOLE" in l]
+    if screenshot:
+        subprocess.run(flags + [f"--screenshot={screenshot}", page.as_uri()],
+                       capture_output=True, timeout=120)
+    return r.stdout, console
+
+
+def drawn(dom):
+    m = re.search(r'data-charts="([^"]*)"', dom)
+    return json.loads(html.unescape(m.group(1))) if m else []
+
+
+def external_references(page):
+    return re.findall(r'(?:src|href)\s*=\s*["\']?(?:https?:)?//', page.read_text())
+
+
+def test_the_harness_sees_errors_and_requests(tmp_path):
+    # A page that breaks both rules must be caught by the same checks.
+    bad = tmp_path / "bad.html"
+    bad.write_text('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+                   'script-src \'unsafe-inline\'"><img src="http://example.invalid/x.png">'
+                   '<script>throw new Error("boom")</script>')
+    dom, console = open_in_chromium(bad)
+    assert any("boom" in l for l in console), console
+    assert any("Refused" in l or "example.invalid" in l for l in console), console
+    assert external_references(bad)
+
+
+@pytest.mark.parametrize("script,charts", [
+    (DEMO, {"chart-maxabs", "chart-nonfinite", "chart-underflow"}),
+    (SCRIPTS / "gradscaler_training.py", {"chart-maxabs", "chart-scale", "chart-underflow"}),
+], ids=["demo", "gradscaler"])
+def test_report_opens_offline_with_every_chart_drawn(script, charts, out):
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    page = out / "report.html"
+    made = run([NANHUNT, "report", "-o", page, out])
+    assert made.returncode == 0, made.stderr
+    assert not external_references(page)
+    shot = BUILD / f"report-{script.stem}.png"
+    dom, console = open_in_chromium(page, screenshot=shot)
+    assert console == [], console
+    assert 'data-errors' not in dom
+    got = {c["id"]: c["points"] for c in drawn(dom)}
+    assert charts <= set(got), got
+    assert all(n > 0 for n in got.values()), got
+    assert shot.exists() and shot.stat().st_size > 10000
+    if script == DEMO:
+        assert "aten::bmm (in aten::matmul)" in dom
+        assert "Forward overflow: aten::matmul" in dom
+        assert "demo/train.py:30" in dom
+
+
+def test_report_without_chart_js_names_the_package(out, tmp_path):
+    r = preload_run([PYTHON, SCRIPTS / "known_values.py"], out)
+    assert r.returncode == 0, r.stderr
+    made = run([NANHUNT, "report", "-o", tmp_path / "r.html", "--chart-js",
+                tmp_path / "missing.js", out])
+    assert made.returncode == 1
+    assert "install Debian's libjs-chart.js" in made.stderr
