@@ -14,7 +14,7 @@ import torch.nn as nn
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["plain", "anomaly", "nanhunt"], required=True)
+    p.add_argument("--mode", choices=["plain", "anomaly", "nanhunt", "sample"], required=True)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     args = p.parse_args()

@@ -16,9 +16,12 @@ LIB = ROOT / "build" / "lib" / "libnanhunt.so"
 def run_mode(mode, steps, out_dir):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
-    if mode == "nanhunt":
+    if mode in ("nanhunt", "sample"):
         env.update(LD_PRELOAD=str(LIB), NANHUNT_OUT=out_dir,
                    NANHUNT_EXIT_SUMMARY="0", NANHUNT_QUIET="1")
+    if mode == "sample":  # 1% of op calls and the gradients of every step
+        env.update(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
+                   NANHUNT_SAMPLE_STEPS="0")
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_transformer.py"),
                         "--mode", mode, "--steps", str(steps)],
                        env=env, capture_output=True, text=True, check=True)
@@ -30,7 +33,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=30)
     args = p.parse_args()
-    modes = ["plain", "nanhunt", "anomaly"]
+    modes = ["plain", "nanhunt", "sample", "anomaly"]
     times = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as out_dir:
         for _ in range(args.rounds):
@@ -44,6 +47,7 @@ def main():
           f"modes interleaved (median step of each run, median run)")
     print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
     labels = {"plain": "plain", "nanhunt": "nanhunt (every op checked)",
+              "sample": "nanhunt sample (1% of ops)",
               "anomaly": "set_detect_anomaly(True)"}
     for m in modes:
         print(f"{labels[m]:<28}{best[m]:>10.1f}{best[m] / best['plain']:>9.2f}x")

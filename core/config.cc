@@ -80,13 +80,41 @@ absl::Status ApplyNonEmpty(const char* name, absl::string_view v,
 }
 
 const Setting kSettings[] = {
-    {{"NANHUNT_MODE", "check", "off, check",
-      "off loads nothing at all; check checks the outputs of every op"},
+    {{"NANHUNT_MODE", "check", "off, check, sample",
+      "off loads nothing at all; check checks the outputs of every op; sample "
+      "checks the gradients every step and a deterministic sample of ops, and "
+      "every op for a while after anything is seen (for production runs)"},
      [](absl::string_view v, Config& c) {
        const std::string s = absl::AsciiStrToLower(v);
        if (s == "off") { c.mode = Mode::kOff; return absl::OkStatus(); }
        if (s == "check") { c.mode = Mode::kCheck; return absl::OkStatus(); }
+       if (s == "sample") { c.mode = Mode::kSample; return absl::OkStatus(); }
        return Invalid(Info("NANHUNT_MODE"), v);
+     }},
+    {{"NANHUNT_SAMPLE_OPS", "0.01", "a number in [0, 1]",
+      "sample mode: the share of op calls checked (chosen by a fixed hash of "
+      "seed, step, op and call number, so ranks and reruns sample alike)"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber("NANHUNT_SAMPLE_OPS", v, 0.0, 1.0, c.sample_ops);
+     }},
+    {{"NANHUNT_SAMPLE_STEPS", "100", "an integer in [0, 1000000]",
+      "sample mode: every op of one step in this many is checked (0: none)"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber<int64_t>("NANHUNT_SAMPLE_STEPS", v, 0, 1000000, c.sample_steps);
+     }},
+    {{"NANHUNT_SAMPLE_SEED", "0", "an integer in [0, 2^62]",
+      "sample mode: the seed of the sampling hash"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber<int64_t>("NANHUNT_SAMPLE_SEED", v, 0, int64_t{1} << 62,
+                                   c.sample_seed);
+     }},
+    {{"NANHUNT_ESCALATE_STEPS", "20", "an integer in [1, 1000000]",
+      "sample mode: after non-finite gradients, or a sampled op's finding, "
+      "every op is checked for this many steps, to catch the origin the next "
+      "time"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber<int64_t>("NANHUNT_ESCALATE_STEPS", v, 1, 1000000,
+                                   c.escalate_steps);
      }},
     {{"NANHUNT_OUT", "nanhunt-out", "a directory path (created if missing)",
       "where each process writes its trace"},
@@ -423,7 +451,14 @@ absl::StatusOr<Config> LoadConfigFromProcess() {
 
 std::string DescribeConfig(const Config& c) {
   return absl::StrCat(
-      "NANHUNT_MODE=", c.mode == Mode::kOff ? "off" : "check",
+      "NANHUNT_MODE=",
+      c.mode == Mode::kOff ? "off" : c.mode == Mode::kCheck ? "check" : "sample",
+      c.mode == Mode::kSample
+          ? absl::StrCat("\nNANHUNT_SAMPLE_OPS=", c.sample_ops,
+                         "\nNANHUNT_SAMPLE_STEPS=", c.sample_steps,
+                         "\nNANHUNT_SAMPLE_SEED=", c.sample_seed,
+                         "\nNANHUNT_ESCALATE_STEPS=", c.escalate_steps)
+          : "",
       "\nNANHUNT_OUT=", c.out_dir, "\nNANHUNT_NEAR_MAX=", c.near_max,
       "\nNANHUNT_UNDERFLOW_FRACTION=", c.underflow_fraction,
       "\nNANHUNT_FLUSH_MS=", c.flush_ms,

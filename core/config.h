@@ -15,7 +15,7 @@
 
 namespace nanhunt {
 
-enum class Mode { kOff, kCheck };
+enum class Mode { kOff, kCheck, kSample };
 
 // What happens at the first non-finite origin (or input).
 enum class OnNonFinite { kContinue, kRaise, kAbort };
@@ -39,6 +39,11 @@ struct Config {
   std::string policy_file;  // NANHUNT_POLICY: fp32 ops learned by a run
   bool skip_nonfinite_steps = false;  // GradScaler-style skipping
   int progress_ms = 1000;  // viewer: progress line on a terminal after this
+  // NANHUNT_MODE=sample (core/sampler.h).
+  double sample_ops = 0.01;
+  int64_t sample_steps = 100;
+  int64_t sample_seed = 0;
+  int64_t escalate_steps = 20;
   std::string snapshot_dir;  // empty: no snapshot
   std::string torch_plugin;  // empty: next to libnanhunt.so
   std::string run_id;        // empty: one per process

@@ -18,6 +18,7 @@ class LateContext final : public OpContext {
       f.dtype = in.dtype;
       f.shape = in.shape;
       f.checked = true;
+      f.from_collective = in.from_collective;
       if (in.checked_on_host) {
         f.counts = in.counts;
         f.max_abs = in.max_abs;
@@ -69,6 +70,7 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
   event.takes_grad_input = op->takes_grad_input;
   event.thread = op->thread;
   event.late_step = op->step;
+  event.kernels = op->kernels;
   event.outputs = op->outputs;
   {
     absl::MutexLock lock(&mu_);

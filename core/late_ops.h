@@ -34,6 +34,7 @@ struct LateInput {
   int arg_index = 0;
   std::string dtype, shape;
   const void* storage = nullptr;  // device tensors: judged at delivery
+  bool from_collective = false;   // a collective wrote it (at enqueue)
   bool checked_on_host = false;   // host tensors: checked at enqueue
   CheckCounts counts;             // when checked_on_host
   double max_abs = 0;
@@ -51,6 +52,7 @@ struct LateOp {
   std::vector<const void*> output_storages;
   std::vector<LateInput> inputs;
   std::string source, stack;  // when wanted
+  std::string kernels;        // CUPTI: the kernels it launched
   // Results still to come, plus one held by the enqueuing thread until it
   // has enqueued them all (it may be the last to let go). Results of one
   // op may arrive on two threads: whoever brings it to zero classifies.

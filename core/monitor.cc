@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -237,6 +238,18 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
                                                   : "propagated";
   {
     absl::MutexLock lock(&mu_);
+    // Under torch.distributed, non-finite values that no op of this process
+    // made, in memory a collective wrote, came from another rank (a
+    // gradient all-reduce spreads one rank's NaN to every rank).
+    if (verdict == Verdict::kInput) {
+      for (const auto& in : inputs) {
+        if (in.checked && AnyNonFinite(in.counts) &&
+            (in.from_collective ||
+             (in.storage != nullptr && collective_storages_.contains(in.storage)))) {
+          kind = "received";
+        }
+      }
+    }
     if (verdict == Verdict::kOrigin) ++step_origins_;
     // Origins and inputs are always recorded; propagation is capped per step
     // (its counts stay complete in op_stats).
@@ -260,8 +273,11 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     if (verdict == Verdict::kOrigin) row.fp32_max_abs = context.RecomputeFp32MaxAbs();
   }
   absl::MutexLock lock(&mu_);
-  if (verdict != Verdict::kPropagated) last_origin_ = row;
-  if (verdict != Verdict::kPropagated && !first_origin_) {
+  // Where it began: origins and inputs of this process, not what another
+  // rank sent ("received"; that rank's trace has the beginning).
+  const bool began_here = verdict != Verdict::kPropagated && row.kind != "received";
+  if (began_here) last_origin_ = row;
+  if (began_here && !first_origin_) {
     first_origin_ = row;
     if (notify_) {
       notify_(absl::StrFormat(
@@ -295,6 +311,7 @@ FindingRow Monitor::MakeFinding(const char* kind, const OpEvent& e,
   row.underflow = static_cast<int64_t>(total.underflow);
   row.max_abs = TotalMaxAbs(e.outputs);
   row.thread = static_cast<int64_t>(e.thread);
+  row.kernels = std::string(e.kernels);
   row.time = clock_();
   return row;
 }
@@ -303,6 +320,42 @@ void Monitor::Emit(FindingRow row) {
   ++findings_;
   ++step_findings_;
   if (writer_) writer_->Add(std::move(row));
+}
+
+void Monitor::NoteCollective(absl::Span<const void* const> storages) {
+  absl::MutexLock lock(&mu_);
+  // Buckets and parameters are the same memory step after step: a handful.
+  if (collective_storages_.size() > 4096) collective_storages_.clear();
+  for (const void* s : storages) {
+    if (s != nullptr) collective_storages_.insert(s);
+  }
+}
+
+void Monitor::NoteCopy(absl::Span<const void* const> from,
+                       absl::Span<const void* const> to) {
+  absl::MutexLock lock(&mu_);
+  if (collective_storages_.empty()) return;  // not a distributed run
+  bool collective = false;
+  for (const void* s : from) collective |= collective_storages_.contains(s);
+  for (const void* s : to) {
+    if (s == nullptr) continue;
+    if (collective) {
+      collective_storages_.insert(s);
+    } else {
+      collective_storages_.erase(s);
+    }
+  }
+}
+
+bool Monitor::IsCollective(const void* storage) const {
+  absl::MutexLock lock(&mu_);
+  return storage != nullptr && collective_storages_.contains(storage);
+}
+
+void Monitor::ForgetCollective(absl::Span<const void* const> storages) {
+  absl::MutexLock lock(&mu_);
+  if (collective_storages_.empty()) return;
+  for (const void* s : storages) collective_storages_.erase(s);
 }
 
 void Monitor::OnOptimizerStepBegin() {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -53,6 +54,10 @@ struct InputFacts {
   // Overwritten by the op, and its values before were not checked (an
   // in-place op inside another op): the enclosing op must judge.
   bool unknown_before = false;
+  const void* storage = nullptr;  // its memory, when known
+  // Known at the op's start to hold what a collective wrote (ops judged
+  // after the fact, when the memory may have been reused since).
+  bool from_collective = false;
 };
 
 // What the monitor may ask about an op whose outputs were not finite (or
@@ -92,6 +97,7 @@ struct OpEvent {
   // not move the step tracker, and their statistics join the step that is
   // open when they arrive (at most the ring's lag later).
   int64_t late_step = -1;
+  absl::string_view kernels;  // GPU kernels it launched, when known
 };
 
 // kWarned: finite, but a near-max finding was recorded for it.
@@ -119,6 +125,18 @@ class Monitor {
   };
   Position NoteLateOp(Phase phase, bool grad_enabled, bool takes_grad_input,
                       bool top_level);
+
+  // A collective (c10d::allreduce_, broadcast_...) ran on these storages:
+  // non-finite values found there later, made by no op of this process,
+  // were received from another rank ("received" findings).
+  void NoteCollective(absl::Span<const void* const> storages);
+  // A copy from memory a collective wrote carries that along (DDP copies
+  // all-reduced buckets into the gradients).
+  void NoteCopy(absl::Span<const void* const> from, absl::Span<const void* const> to);
+  // An op of this process wrote these storages: whatever a collective put
+  // there is gone (and the memory may be a new tensor at a reused address).
+  void ForgetCollective(absl::Span<const void* const> storages);
+  bool IsCollective(const void* storage) const;
 
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();
@@ -192,6 +210,8 @@ class Monitor {
   std::string step_bad_backward_op_ ABSL_GUARDED_BY(mu_);
   std::string step_bad_forward_op_ ABSL_GUARDED_BY(mu_);
   int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  // Memory that torch.distributed collectives (c10d::*) wrote into.
+  absl::flat_hash_set<const void*> collective_storages_ ABSL_GUARDED_BY(mu_);
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
   // The step ran forward ops on parameters or backward ops: training, not
   // the bookkeeping after the last step (logging, saving).

@@ -28,6 +28,7 @@ struct FindingRow {
   double max_abs = 0;
   std::optional<double> fp32_max_abs;  // the op recomputed in fp32
   std::string inputs, outputs, source, stack;
+  std::string kernels;  // GPU kernels the op launched (CUPTI), "name<<<grid>>>; ..."
   int64_t thread = 0;
   double time = 0;
 };

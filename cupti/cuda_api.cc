@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/check_ring.h"
 #include "cupti/cuda_checks.h"
+#include "cupti/kernel_names.h"
 
 namespace nanhunt::gpu {
 namespace {
@@ -104,9 +105,11 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue(
   }
   // The ring owns nothing of the caller's: `context` is handed back as is.
   std::shared_ptr<void> handle(context, [](void*) {});
+  SetOwnLaunches(true);  // the check kernel is not the op's
   const bool ok = ring->Enqueue(stream, handle, [&](int slot) {
     return checks->Enqueue(slot, tensor, *g_limits, stream, &why);
   });
+  SetOwnLaunches(false);
   if (!ok) Fail(error, error_len, why);
   return ok ? 0 : 1;
 }
@@ -121,4 +124,32 @@ extern "C" __attribute__((visibility("default"))) long long nanhunt_cuda_waits(v
   long long waits = 0;
   for (auto& [device, d] : *g_devices) waits += d.ring->waits();
   return waits;
+}
+
+extern "C" __attribute__((visibility("default"))) int nanhunt_cupti_start(char* why,
+                                                                         int why_len) {
+  std::string reason;
+  const CuptiCalls calls = LoadCupti(&reason);
+  if (StartKernelNames(calls, &reason)) return 1;
+  Fail(why, why_len, reason);
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) size_t nanhunt_kernels_mark(void) {
+  return KernelMark();
+}
+
+extern "C" __attribute__((visibility("default"))) int nanhunt_kernels_since(
+    size_t mark, char* text, int text_len) {
+  const std::string s = KernelsSince(mark);
+  Fail(text, text_len, s);
+  return static_cast<int>(s.size());
+}
+
+extern "C" __attribute__((visibility("default"))) void nanhunt_kernels_forget(void) {
+  ForgetKernels();
+}
+
+extern "C" __attribute__((visibility("default"))) long long nanhunt_kernel_launches(void) {
+  return LaunchesSeen();
 }

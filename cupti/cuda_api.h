@@ -8,6 +8,7 @@
 // error) is reported by the return value and never delivered.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/check_semantics.h"
@@ -41,5 +42,15 @@ void nanhunt_cuda_drain(void);
 
 // Times a full ring made an enqueuing thread wait (README: the policy).
 long long nanhunt_cuda_waits(void);
+
+// Kernel names through CUPTI (cupti/kernel_names.h). 1 when subscribed;
+// 0 with `why` saying who holds CUPTI or what is missing.
+int nanhunt_cupti_start(char* why, int why_len);
+// The calling thread's launches: a mark, then those since it as
+// "name<<<x,y,z>>>; ..." (mangled names), then forgetting them.
+size_t nanhunt_kernels_mark(void);
+int nanhunt_kernels_since(size_t mark, char* text, int text_len);
+void nanhunt_kernels_forget(void);
+long long nanhunt_kernel_launches(void);
 
 }  // extern "C"

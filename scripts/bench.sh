@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmark: a small transformer trained on the CPU three ways in one
-# invocation (plain, under nanhunt with every op checked, and with
-# autograd's anomaly detection), printing step-time ratios against plain.
+# Benchmark: a small transformer trained on the CPU four ways in one
+# invocation (plain, under nanhunt with every op checked, nanhunt's sample
+# mode, and autograd's anomaly detection), printing step-time ratios
+# against plain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null

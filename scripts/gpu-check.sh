@@ -3,9 +3,11 @@
 # machine's torch and CUDA toolkit, runs the GPU tests (each check kernel
 # against the CPU check, on random and edge-value tensors of every format,
 # odd sizes, unaligned starts, strided views; the result ring; CUDA graph
-# capture left intact), then the kernel benchmark, and prints a short table
-# last. Debian packages that machine lacks come from .gpu-deps/ (made here
-# by scripts/gpu-deps.sh). Runs in a few minutes.
+# capture left intact), the kernel benchmark, the demo on CUDA under
+# nanhunt (origin and kernel names), and the GPT-2-small-sized training
+# benchmark (bench/gpt2_bench.py), and prints a short table last. Debian
+# packages that machine lacks come from .gpu-deps/ (made here by
+# scripts/gpu-deps.sh). Meant to finish within 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${NANHUNT_PYTHON:-python3}
@@ -30,7 +32,7 @@ echo "== GPU tests"
 echo "== unit tests (CPU)"
 "$build"/bin/nanhunt_unit_tests --gtest_brief=1
 echo "== check kernel benchmark"
-"$build"/bin/gpu_check_bandwidth
+"$build"/bin/gpu_check_bandwidth | tee "$build"/bandwidth.txt
 
 echo "== the demo on CUDA, fp16 autocast, under nanhunt"
 cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda >/dev/null
@@ -39,12 +41,23 @@ rm -rf "$build"/demo-cuda
   > "$build"/demo-cuda.log 2>&1 || true
 tail -25 "$build"/demo-cuda.log
 "$build"/bin/nanhunt view --json "$build"/demo-cuda > "$build"/demo-cuda.json
-"$python" - "$build"/demo-cuda.json <<'PY'
+("$python" - "$build"/demo-cuda.json <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 o = r["first_origin"] or {}
 ok = o.get("op") == "aten::bmm" and o.get("phase") == "forward"
 print(f"demo on CUDA: first origin {o.get('op')} ({o.get('phase')}) step {o.get('step')} "
-      f"source {o.get('source') or '-'}: {'OK' if ok else 'WRONG'}")
+      f"source {o.get('source') or '-'} kernels {o.get('kernels') or '-'}: "
+      f"{'OK' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
+) | tee "$build"/demo-cuda-check.txt || true
+
+echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / anomaly"
+"$python" bench/gpt2_bench.py --build "$build" --rounds 2 | tee "$build"/gpt2.txt
+
+echo
+echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+tail -4 "$build"/bandwidth.txt
+cat "$build"/demo-cuda-check.txt
+tail -4 "$build"/gpt2.txt

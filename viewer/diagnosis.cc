@@ -184,6 +184,20 @@ Diagnosis Diagnose(const RunSummary& s) {
     if (f.kind == "input") return NonFiniteInput(s, f);
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }
+  if (!s.first_origin && s.first_received) {
+    const FindingRow& f = *s.first_received;
+    Diagnosis d;
+    d.kind = "received";
+    d.op = f.op;
+    d.title = "Non-finite values came from another rank, through a collective";
+    d.evidence.push_back(absl::StrCat(
+        "step ", f.step, ": ", f.op, " (", f.phase, ") read inf/NaN that a "
+        "collective (c10d) wrote and no op of this process made"));
+    d.fixes.push_back(
+        "open the traces of all ranks together (nanhunt view on the folder): "
+        "the rank where it began has the origin");
+    return d;
+  }
   // A GradScaler keeps backward overflows out of the weights, at the price
   // of the steps it skips: past a share of them, training stalls.
   const double skipped = SkippedShare(s);

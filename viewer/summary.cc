@@ -1,16 +1,21 @@
 #include "viewer/summary.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/check_limits.h"
+#include "core/config.h"
 #include "viewer/diagnosis.h"
 #include "viewer/json_writer.h"
 
@@ -83,6 +88,61 @@ std::string Wrap(absl::string_view text, size_t width, absl::string_view indent)
   return out + line;
 }
 
+// Four characters: the op's max |x| in each quarter of the run, against
+// fp16's limit ("_" low, "#" at it, "!" inf/NaN, " " did not run).
+std::string Trend(const OpTotals& o) {
+  static constexpr char kLevels[] = "_.-=+*#";
+  std::string t;
+  for (double q : o.quarters) {
+    if (std::isinf(q)) {
+      t += '!';
+    } else if (q <= 0) {
+      t += ' ';
+    } else {
+      const double share = std::min(1.0, q / kFp16Max);
+      t += kLevels[static_cast<int>(share * 6)];
+    }
+  }
+  return t;
+}
+
+// One character per step (or per bucket of steps on long runs): "!" when
+// any op made non-finite values, "s" when the step was skipped, "." else.
+std::string StepStrip(const RunSummary& s, size_t width) {
+  if (s.steps <= 0) return "(no steps recorded)";
+  const int64_t per = (s.steps + static_cast<int64_t>(width) - 1) /
+                      static_cast<int64_t>(width);
+  std::string strip(static_cast<size_t>((s.steps + per - 1) / per), '.');
+  for (int64_t st : s.nonfinite_steps) {
+    if (st >= 0 && st < s.steps) strip[static_cast<size_t>(st / per)] = '!';
+  }
+  std::vector<int64_t> skipped = s.skipped_steps;
+  for (const SkipRow& k : s.nanhunt_skips) skipped.push_back(k.step);
+  for (int64_t st : skipped) {
+    if (st >= 0 && st < s.steps) strip[static_cast<size_t>(st / per)] = 's';
+  }
+  return per == 1 ? strip : absl::StrCat(strip, " (", per, " steps each)");
+}
+
+// "void at::native::vectorized_elementwise_kernel<4, ...>(...)<<<80,1,1>>>"
+// from CUPTI's mangled names, each cut to a readable length.
+std::string ReadableKernels(const std::string& kernels) {
+  std::vector<std::string> parts;
+  for (absl::string_view k : absl::StrSplit(kernels, "; ", absl::SkipEmpty())) {
+    const size_t grid = k.find("<<<");
+    std::string name(k.substr(0, grid));
+    int status = 0;
+    char* demangled = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+    if (status == 0 && demangled != nullptr) name = demangled;
+    free(demangled);
+    if (name.size() > 90) name = name.substr(0, 89) + "~";
+    parts.push_back(grid == absl::string_view::npos
+                        ? name
+                        : absl::StrCat(name, k.substr(grid)));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
 std::string StepRanges(const std::vector<int64_t>& steps) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < steps.size();) {
@@ -99,7 +159,7 @@ std::string StepRanges(const std::vector<int64_t>& steps) {
 
 RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
-  std::set<std::string> commands;
+  std::set<std::string> commands, dtypes, settings;
   std::map<std::pair<std::string, std::string>, OpTotals> ops;
   std::map<std::string, PhaseTotals> phases;
   std::set<int64_t> bad_steps;
@@ -109,6 +169,23 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     if (auto it = t.meta.find("command"); it != t.meta.end()) {
       commands.insert(it->second);
     }
+    for (const auto& d : t.dtypes) dtypes.insert(d);
+    if (auto it = t.meta.find("config"); it != t.meta.end()) {
+      // What the user switched: lines that differ from the defaults.
+      const std::string defaults = DescribeConfig(Config{});
+      for (absl::string_view line : absl::StrSplit(it->second, '\n', absl::SkipEmpty())) {
+        const std::string l(line);
+        // Where the trace went, and what `nanhunt run` sets for itself.
+        if (absl::StartsWith(l, "NANHUNT_OUT=") ||
+            absl::StartsWith(l, "NANHUNT_EXIT_SUMMARY=")) {
+          continue;
+        }
+        if (defaults.find(l + "\n") == std::string::npos &&
+            !absl::EndsWith(defaults, "\n" + l)) {
+          settings.insert(l);
+        }
+      }
+    }
     if (auto it = t.meta.find("torch_version"); it != t.meta.end()) {
       s.torch_version = it->second;
     }
@@ -116,11 +193,26 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (f.kind == "origin") ++s.origins;
       if (f.kind == "input") ++s.inputs;
       if (f.kind == "propagated") ++s.propagated;
+      if (f.kind == "received") ++s.received;
       if (IsFirstKind(f) && (!s.first_origin || Before(f, *s.first_origin))) {
         s.first_origin = f;
         s.first_origin_trace = t.path;
+        auto rank = t.meta.find("rank");
+        s.first_origin_rank = rank == t.meta.end() ? "" : rank->second;
+      }
+      if (f.kind == "received" && (!s.first_received || Before(f, *s.first_received))) {
+        s.first_received = f;
       }
       if (f.kind == "near_max") s.warnings.push_back(f);
+    }
+    if (auto rank = t.meta.find("rank"); rank != t.meta.end()) {
+      const FindingRow* first = nullptr;
+      for (const FindingRow& f : t.findings) {
+        if ((IsFirstKind(f) || f.kind == "received") && (!first || Before(f, *first))) {
+          first = &f;
+        }
+      }
+      if (first != nullptr) s.ranks.push_back({rank->second, *first});
     }
     for (const OpTotals& o : t.ops) {
       OpTotals& m = ops[{o.op, o.phase}];
@@ -135,6 +227,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       m.underflow += o.underflow;
       m.fp16_overflow += o.fp16_overflow;
       m.max_abs = std::max(m.max_abs, o.max_abs);
+      for (int q = 0; q < 4; ++q) m.quarters[q] = std::max(m.quarters[q], o.quarters[q]);
       PhaseTotals& p = phases[o.phase];
       p.phase = o.phase;
       p.calls += o.calls;
@@ -195,7 +288,12 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       s.phases.push_back(it->second);
     }
   }
+  std::sort(s.ranks.begin(), s.ranks.end(), [](const auto& a, const auto& b) {
+    return a.rank < b.rank;
+  });
   s.commands.assign(commands.begin(), commands.end());
+  s.dtypes.assign(dtypes.begin(), dtypes.end());
+  s.settings.assign(settings.begin(), settings.end());
   s.nonfinite_steps.assign(bad_steps.begin(), bad_steps.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
   return s;
@@ -214,6 +312,14 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
   for (const auto& c : s.commands) {
     absl::StrAppend(&out, "  command: ", Fit(c, w - 11), "\n");
   }
+  if (!s.dtypes.empty()) {
+    absl::StrAppend(&out, "  dtypes:  ", Fit(absl::StrJoin(s.dtypes, ", "), w - 11), "\n");
+  }
+  absl::StrAppend(&out, "  config:  ",
+                  s.settings.empty() ? "defaults (monitoring only, no intervention)"
+                                     : Wrap(absl::StrJoin(s.settings, "  "), w - 11,
+                                            "           "),
+                  "\n");
 
   const Diagnosis diagnosis = Diagnose(s);
   const std::string& tone = diagnosis.kind == "healthy" ? yellow : red;
@@ -263,14 +369,42 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     if (!f.source.empty()) {
       absl::StrAppend(&out, "          at ", Fit(f.source, w - 13), "\n");
     }
+    if (!f.kernels.empty()) {
+      absl::StrAppend(&out, "          kernels ",
+                      Wrap(ReadableKernels(f.kernels), w - 18, "                  "), "\n");
+    }
     if (!f.inputs.empty()) {
       for (absl::string_view in : absl::StrSplit(f.inputs, "; ")) {
         absl::StrAppend(&out, "          input ", Fit(in, w - 16), "\n");
       }
     }
+    if (!s.first_origin_rank.empty()) {
+      absl::StrAppend(&out, "          on rank ", s.first_origin_rank, "\n");
+    }
     absl::StrAppend(&out, "  then: ", s.origins, " origin findings, ",
                     s.inputs, " input findings, ", s.propagated,
-                    " propagated (recorded) in all\n");
+                    " propagated (recorded)",
+                    s.received > 0 ? absl::StrCat(", ", s.received, " received from other ranks")
+                                   : "",
+                    " in all\n");
+  }
+
+  if (s.ranks.size() > 1 || (!s.ranks.empty() && s.ranks.front().first.kind == "received")) {
+    absl::StrAppend(&out, "\n", bold, "RANKS", reset,
+                    " (where each rank first saw non-finite values)\n");
+    for (const auto& r : s.ranks) {
+      const FindingRow& f = r.first;
+      const bool began = f.kind != "received" && s.first_origin &&
+                         f.step == s.first_origin->step && f.op == s.first_origin->op &&
+                         r.rank == s.first_origin_rank;
+      absl::StrAppend(
+          &out, "  rank ", r.rank, ": ",
+          f.kind == "received" ? "received them from another rank (collective), "
+                                 "first used by "
+                               : absl::StrCat(f.kind, " "),
+          OpLabel(f), "  ", f.phase, "  step ", f.step,
+          began ? absl::StrCat("  ", red, "<- began here", reset) : "", "\n");
+    }
   }
 
   // Warnings: outputs that really live in fp16 first, as a trend per op
@@ -315,16 +449,19 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
 
   absl::StrAppend(&out, "\n", bold, "OPS CLOSEST TO FP16'S LIMIT", reset,
                   " (65504; fp32 runs show which ops would overflow in fp16)\n");
-  absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9s %10s %9s %9s %10s\n",
+  absl::StrAppend(&out, absl::StrFormat("  %-29s %-9s %9s %10s %9s %9s %10s  %s\n",
                                         "op", "phase", "calls", "max|x|",
-                                        "of 65504", "near-max", "non-finite"));
+                                        "of 65504", "near-max", "non-finite",
+                                        "trend"));
   for (size_t i = 0; i < s.ops.size() && i < 12; ++i) {
     const OpTotals& o = s.ops[i];
-    absl::StrAppend(&out, absl::StrFormat("  %-34s %-9s %9d %10s %9s %9d %10d\n",
-                                          Fit(o.op, 34), o.phase, o.calls,
+    absl::StrAppend(&out, absl::StrFormat("  %-29s %-9s %9d %10s %9s %9d %10d  %s\n",
+                                          Fit(o.op, 29), o.phase, o.calls,
                                           FormatAbs(o.max_abs), OfLimit(o.max_abs),
-                                          o.near_max, o.nonfinite()));
+                                          o.near_max, o.nonfinite(), Trend(o)));
   }
+  absl::StrAppend(&out, "  trend: max|x| per quarter of the run against 65504, "
+                        "_ low .. # at the limit, ! inf/NaN\n");
 
   absl::StrAppend(&out, "\n", bold, "BY PHASE", reset, "\n");
   for (const PhaseTotals& p : s.phases) {
@@ -393,10 +530,16 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                       Fit(absl::StrJoin(by, ", "), w - 36), "\n");
     }
   }
-  absl::StrAppend(&out, "\n", bold, "STEPS WITH NON-FINITE VALUES", reset, "\n  ",
+  absl::StrAppend(&out, "\n", bold, "STEPS", reset, "  ", StepStrip(s, w - 9),
+                  "\n         . finite   ! non-finite values   s step skipped\n"
+                  "  with non-finite values: ",
                   s.nonfinite_steps.empty() ? "none"
-                                            : Fit(StepRanges(s.nonfinite_steps), w - 2),
+                                            : Fit(StepRanges(s.nonfinite_steps), w - 27),
                   "\n");
+  if (!s.loss_scale.empty()) {
+    absl::StrAppend(&out, "  loss scale: ", FormatAbs(s.loss_scale.front().scale), " -> ",
+                    FormatAbs(s.loss_scale.back().scale), "\n");
+  }
   if (!s.problems.empty()) {
     absl::StrAppend(&out, "\n", bold, "NOTES", reset, "\n");
     for (const auto& p : s.problems) absl::StrAppend(&out, "  ", p, "\n");
@@ -446,7 +589,9 @@ std::string RenderJson(const RunSummary& s) {
     j.Key("output_max_abs").Number(f.max_abs);
     j.Key("fp32_max_abs");
     if (f.fp32_max_abs) j.Number(*f.fp32_max_abs); else j.Null();
+    j.Key("rank").String(s.first_origin_rank);
     j.Key("source").String(f.source);
+    j.Key("kernels").String(ReadableKernels(f.kernels));
     j.Key("stack").String(f.stack);
     j.Key("inputs").String(f.inputs);
     j.Key("outputs").String(f.outputs);
@@ -466,6 +611,18 @@ std::string RenderJson(const RunSummary& s) {
     j.Key("step").Int(f.step);
     j.Key("max_abs").Number(f.max_abs);
     j.Key("source").String(f.source);
+    j.EndObject();
+  }
+  j.EndArray();
+  j.Key("ranks").BeginArray();
+  for (const auto& r : s.ranks) {
+    j.BeginObject();
+    j.Key("rank").String(r.rank);
+    j.Key("kind").String(r.first.kind);
+    j.Key("op").String(r.first.op);
+    j.Key("top_op").String(r.first.top_op);
+    j.Key("phase").String(r.first.phase);
+    j.Key("step").Int(r.first.step);
     j.EndObject();
   }
   j.EndArray();

@@ -19,9 +19,20 @@ struct PhaseTotals {
 struct RunSummary {
   std::vector<std::string> traces;
   std::vector<std::string> commands;   // distinct commands
+  std::vector<std::string> dtypes;     // of the checked outputs
+  std::vector<std::string> settings;   // NANHUNT_* not at their defaults
   std::string torch_version;
   std::optional<FindingRow> first_origin;  // first origin or input finding
   std::string first_origin_trace;
+  std::string first_origin_rank;  // under torchrun: the rank it began on
+  // Per rank (torchrun): each rank's first non-finite finding, including
+  // "received" (arrived through a collective from another rank).
+  struct RankFirst {
+    std::string rank;
+    FindingRow first;
+  };
+  std::vector<RankFirst> ranks;
+  std::optional<FindingRow> first_received;
   std::vector<FindingRow> warnings;    // near_max findings, in step order
   std::vector<OpTotals> ops;           // ranked by max |x|, highest first
   std::vector<PhaseTotals> phases;
@@ -34,7 +45,7 @@ struct RunSummary {
   std::string fp32_policy;                // where auto wrote them
   int64_t bf16_switches = 0;              // autocast regions run in bf16
   std::vector<SkipRow> nanhunt_skips;     // NANHUNT_SKIP_NONFINITE_STEPS
-  int64_t steps = 0, origins = 0, inputs = 0, propagated = 0;
+  int64_t steps = 0, origins = 0, inputs = 0, propagated = 0, received = 0;
   std::vector<std::string> problems;   // "<trace>: <problem>"
 };
 

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace nanhunt {
 namespace {
@@ -70,6 +72,7 @@ FindingRow ReadFinding(sqlite3_stmt* s) {
   f.stack = Text(s, i++);
   f.thread = sqlite3_column_int64(s, i++);
   f.time = sqlite3_column_double(s, i++);
+  if (sqlite3_column_count(s) > i) f.kernels = Text(s, i++);  // schema 4
   return f;
 }
 
@@ -86,6 +89,15 @@ bool HasTable(sqlite3* db, const std::string& table, std::vector<std::string>& p
   Query(db, "sqlite_master", sql.c_str(), [&](sqlite3_stmt*) { found = true; },
         problems);
   return found;
+}
+
+// Whether `table` has `column` (traces of older schemas lack newer ones).
+bool HasColumn(sqlite3* db, const char* table, const char* column) {
+  sqlite3_stmt* s = nullptr;
+  const std::string sql = absl::StrCat("SELECT ", column, " FROM ", table, " LIMIT 0");
+  const bool ok = sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK;
+  sqlite3_finalize(s);
+  return ok;
 }
 
 // "nanhunt: reading <file>... 2.4 s" on a terminal, for reads that take
@@ -107,10 +119,12 @@ class ProgressLine {
   static int Tick(void* self) {
     auto* p = static_cast<ProgressLine*>(self);
     const auto elapsed = std::chrono::steady_clock::now() - p->start_;
-    if (elapsed >= p->after_) {
+    // Redrawn at most five times a second.
+    if (elapsed >= p->after_ && elapsed - p->drawn_ >= std::chrono::milliseconds(200)) {
       fprintf(stderr, "\rnanhunt: reading %s... %.1f s", p->path_.c_str(),
               std::chrono::duration<double>(elapsed).count());
       p->shown_ = true;
+      p->drawn_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(elapsed);
     }
     return 0;  // never interrupts
   }
@@ -120,6 +134,7 @@ class ProgressLine {
   const std::chrono::milliseconds after_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool shown_ = false;
+  std::chrono::steady_clock::duration drawn_ = std::chrono::hours(-1);
 };
 
 // "nanhunt-<run id>-<pid>.sqlite" -> "<run id>".
@@ -162,10 +177,15 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   t.path = path;
   Query(db, "meta", "SELECT key, value FROM meta",
         [&](sqlite3_stmt* s) { t.meta[Text(s, 0)] = Text(s, 1); }, t.problems);
+  const bool has_kernels = HasColumn(db, "findings", "kernels");
   Query(db, "findings",
-        "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
-        "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
-        "inputs,outputs,source,stack,thread,time FROM findings ORDER BY id",
+        has_kernels
+            ? "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
+              "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
+              "inputs,outputs,source,stack,thread,time,kernels FROM findings ORDER BY id"
+            : "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
+              "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
+              "inputs,outputs,source,stack,thread,time FROM findings ORDER BY id",
         [&](sqlite3_stmt* s) { t.findings.push_back(ReadFinding(s)); },
         t.problems);
   Query(db, "op_stats",
@@ -186,6 +206,33 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           t.ops.push_back(std::move(o));
         },
         t.problems);
+  int64_t last_step = 0;
+  Query(db, "op_stats", "SELECT MAX(step), group_concat(DISTINCT dtype) FROM op_stats",
+        [&](sqlite3_stmt* s) {
+          last_step = sqlite3_column_int64(s, 0);
+          for (absl::string_view d : absl::StrSplit(Text(s, 1), ',', absl::SkipEmpty())) {
+            t.dtypes.emplace_back(d);
+          }
+        },
+        t.problems);
+  {
+    // The trend: max |x| per quarter of the steps, non-finite as +inf.
+    const std::string sql = absl::StrCat(
+        "SELECT op, phase, MIN(3, step * 4 / ", last_step + 1, "), "
+        "MAX(CASE WHEN nan + posinf + neginf > 0 THEN 9e999 ELSE max_abs END) "
+        "FROM op_stats GROUP BY 1, 2, 3");
+    std::map<std::pair<std::string, std::string>, OpTotals*> by_key;
+    for (OpTotals& o : t.ops) by_key[{o.op, o.phase}] = &o;
+    Query(db, "op_stats", sql.c_str(),
+          [&](sqlite3_stmt* s) {
+            auto it = by_key.find({Text(s, 0), Text(s, 1)});
+            const int q = sqlite3_column_int(s, 2);
+            if (it != by_key.end() && q >= 0 && q < 4) {
+              it->second->quarters[q] = sqlite3_column_double(s, 3);
+            }
+          },
+          t.problems);
+  }
   if (with_series) {
     Query(db, "op_stats",
           "SELECT step, op, phase, dtype, MAX(max_abs),"

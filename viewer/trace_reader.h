@@ -19,6 +19,9 @@ struct OpTotals {
   int64_t calls = 0, elements = 0, nan = 0, posinf = 0, neginf = 0,
           near_max = 0, underflow = 0, fp16_overflow = 0;
   double max_abs = 0;  // +inf when an output was infinite
+  // max |x| in each quarter of the run's steps (+inf: non-finite): the
+  // trend; 0 where the op did not run.
+  double quarters[4] = {0, 0, 0, 0};
   int64_t nonfinite() const { return nan + posinf + neginf; }
 };
 
@@ -35,6 +38,7 @@ struct Trace {
   std::map<std::string, std::string> meta;
   std::vector<FindingRow> findings;  // ordered by step, call index
   std::vector<OpTotals> ops;
+  std::vector<std::string> dtypes;  // of all checked outputs
   std::vector<StepRow> steps;
   std::vector<LossScaleRow> loss_scale;  // GradScaler updates, in order
   std::vector<SkipRow> skips;  // optimizer steps nanhunt skipped (schema 3)

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -23,8 +24,16 @@ struct CudaLibrary {
   decltype(&nanhunt_cuda_enqueue) enqueue = nullptr;
   decltype(&nanhunt_cuda_drain) drain = nullptr;
   decltype(&nanhunt_cuda_waits) waits = nullptr;
+  decltype(&nanhunt_kernels_mark) kernels_mark = nullptr;
+  decltype(&nanhunt_kernels_since) kernels_since = nullptr;
+  decltype(&nanhunt_kernels_forget) kernels_forget = nullptr;
+  decltype(&nanhunt_kernel_launches) kernel_launches = nullptr;
   std::string unavailable;  // why not, when it did not load
+  std::string kernel_names_off;  // why CUPTI gives no names, if so
 };
+
+// Set once the library is up with CUPTI: read on every op without a lock.
+std::atomic<const CudaLibrary*> g_with_kernels{nullptr};
 
 std::atomic<int64_t> g_enqueued{0};
 std::atomic<int64_t> g_in_capture{0};
@@ -71,6 +80,27 @@ const CudaLibrary& Library(Session& session) {
       l->unavailable = error;
     }
     if (!l->unavailable.empty()) return l;
+    auto cupti_start = reinterpret_cast<decltype(&nanhunt_cupti_start)>(
+        dlsym(handle, "nanhunt_cupti_start"));
+    l->kernels_mark = reinterpret_cast<decltype(l->kernels_mark)>(dlsym(handle, "nanhunt_kernels_mark"));
+    l->kernels_since = reinterpret_cast<decltype(l->kernels_since)>(dlsym(handle, "nanhunt_kernels_since"));
+    l->kernels_forget = reinterpret_cast<decltype(l->kernels_forget)>(dlsym(handle, "nanhunt_kernels_forget"));
+    l->kernel_launches = reinterpret_cast<decltype(l->kernel_launches)>(dlsym(handle, "nanhunt_kernel_launches"));
+    char why[256] = {};
+    if (cupti_start == nullptr || !l->kernels_mark || !l->kernels_since ||
+        !l->kernels_forget || !l->kernel_launches) {
+      l->kernel_names_off = "this libnanhunt_cuda.so has no CUPTI support";
+    } else if (cupti_start(why, sizeof(why)) == 0) {
+      l->kernel_names_off = why;
+    }
+    if (!l->kernel_names_off.empty()) {
+      // Said once; checks go on without names.
+      if (!session.config().quiet) {
+        fprintf(stderr, "nanhunt: no GPU kernel names: %s\n", l->kernel_names_off.c_str());
+      }
+    } else {
+      g_with_kernels.store(l);
+    }
     g_late = new LateOps(&session.monitor(), &KnownNonFiniteStorage, &RememberStorage);
     if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
     // Python tears CUDA down before C's atexit handlers run: drain from
@@ -167,6 +197,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     in.shape = Shape(t);
     if (t.is_cuda()) {
       in.storage = StorageKey(t);
+      in.from_collective = session.monitor().IsCollective(in.storage);
     } else {
       // A host tensor fed to a GPU op (a batch being uploaded, a scalar):
       // checked now, as it may change before the result arrives.
@@ -179,6 +210,12 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     }
     op->inputs.push_back(std::move(in));
   });
+  if (const CudaLibrary* k = g_with_kernels.load(std::memory_order_acquire)) {
+    char kernels[1024] = {};
+    if (k->kernels_since(call.kernel_mark, kernels, sizeof(kernels)) > 0) {
+      op->kernels = kernels;
+    }
+  }
   if (op->phase == Phase::kForward && g_late->Wanted(op->op)) {
     // Seen near the limit or non-finite before: the line is worth its cost.
     std::vector<InputFacts> none;
@@ -204,6 +241,12 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     op->outputs.push_back(std::move(facts));
     op->output_storages.push_back(IsCheckableOnDevice(t) ? StorageKey(t) : nullptr);
   });
+  if (strncmp(call.name, "c10d::", 6) != 0) {
+    // Written by this op now: no longer what a collective left there.
+    std::vector<const void*> written;
+    for (const auto& [t, index] : device_outputs) written.push_back(StorageKey(t));
+    session.monitor().ForgetCollective(written);
+  }
   op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
   for (const auto& [t, index] : device_outputs) {
     std::string why;
@@ -234,6 +277,17 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   return true;
 }
 
+size_t DeviceKernelMark() {
+  const CudaLibrary* k = g_with_kernels.load(std::memory_order_acquire);
+  return k != nullptr ? k->kernels_mark() : 0;
+}
+
+void ForgetDeviceKernels() {
+  if (const CudaLibrary* k = g_with_kernels.load(std::memory_order_acquire)) {
+    k->kernels_forget();
+  }
+}
+
 void SetLateVerdictHandler(std::function<void(const LateOp&, Verdict)> fn) {
   g_on_verdict = new std::function<void(const LateOp&, Verdict)>(std::move(fn));
 }
@@ -256,7 +310,9 @@ DeviceTotals GetDeviceTotals() {
     if (session != nullptr) {
       const CudaLibrary& lib = Library(*session);
       totals.unavailable = lib.unavailable;
+      totals.kernel_names_off = lib.kernel_names_off;
       if (lib.unavailable.empty()) totals.waits = lib.waits();
+      if (lib.kernel_launches != nullptr) totals.kernel_launches = lib.kernel_launches();
     }
   }
   return totals;

@@ -26,7 +26,13 @@ struct DeviceOpCall {
   Phase phase = Phase::kForward;
   bool grad_enabled = true, takes_grad_input = false, top_level = false;
   uint64_t thread = 0;
+  size_t kernel_mark = 0;  // DeviceKernelMark() at the op's start
 };
+
+// CUPTI: this thread's kernel launches so far (0 before the GPU library is
+// loaded), and forgetting them (at the end of a top-level op). Cheap.
+size_t DeviceKernelMark();
+void ForgetDeviceKernels();
 
 // True when the op had floating-point outputs on a GPU: they are checked
 // there (or counted unchecked with the reason) and the CPU path has nothing
@@ -46,8 +52,9 @@ void DrainDeviceChecks();
 // For the trace: checks enqueued, ring waits, outputs left unchecked in
 // CUDA graph capture, and why the GPU path is off (empty when it is on).
 struct DeviceTotals {
-  int64_t enqueued = 0, waits = 0, in_capture = 0;
+  int64_t enqueued = 0, waits = 0, in_capture = 0, kernel_launches = 0;
   std::string unavailable;
+  std::string kernel_names_off;  // why there are no kernel names, if so
 };
 DeviceTotals GetDeviceTotals();
 

@@ -451,6 +451,7 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
                 : format     ? std::string(FormatName(*format))
                              : std::string(c10::toString(t.scalar_type()));
       f.shape = t.defined() ? ShapeOf(t) : "";
+      f.storage = t.defined() ? StorageKey(t) : nullptr;
       TensorFacts facts;
       f.checked = CheckTensor(t, limits_, facts);
       if (f.checked) {

@@ -47,6 +47,7 @@ enum class FrameKind : uint8_t { kOp, kBackwardNode, kOptimizer, kOther };
 struct Frame {
   const at::RecordFunction* fn = nullptr;
   uint64_t id = 0;  // unique per op call (late results name their parent)
+  size_t kernel_mark = 0;  // the thread's GPU kernel launches at its start
   FrameKind kind = FrameKind::kOther;
   const char* name = nullptr;
   const char* forward_op = nullptr;  // backward nodes
@@ -155,12 +156,19 @@ void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
   std::abort();
 }
 
+void EscalateSampling(Session& session, const std::string& why);
+
 // A GPU op's verdict, on the drain thread: the NaN guard stops training
 // (no snapshot: the op's inputs are gone by the time its result arrives),
 // and NANHUNT_FP32_OPS=auto learns the op, as for host ops.
 void OnLateVerdict(const LateOp& op, Verdict verdict) {
   Session* session = Session::Get();
   if (session == nullptr) return;
+  if (verdict != Verdict::kClean && session->sampler() != nullptr) {
+    EscalateSampling(*session, absl::StrCat(op.op, verdict == Verdict::kWarned
+                                                       ? " came near the limit"
+                                                       : " had non-finite values"));
+  }
   LiveSettings& live = session->live();
   bool fp16 = false;
   for (const TensorFacts& t : op.outputs) fp16 |= t.format == Format::kF16;
@@ -226,17 +234,56 @@ try:
     _spec = importlib.util.spec_from_file_location("nanhunt_step_guard", SCRIPT)
     _guard = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_guard)
-    _guard.install(LIBRARY)
+    _guard.install(LIBRARY, SKIP, SENTINEL)
 except Exception as e:
     import sys
-    print(f"nanhunt: NANHUNT_SKIP_NONFINITE_STEPS cannot work here ({e!r}); "
-          "no step is skipped", file=sys.stderr)
+    print(f"nanhunt: the gradient check cannot work here ({e!r}); no step is "
+          "skipped and sample mode has no sentinel", file=sys.stderr)
 )py";
-  if (!RunPython(kInstall, {{"SCRIPT", script}, {"LIBRARY", lib}})) {
+  Session* session = Session::Get();
+  const bool skip = session->live().skip_nonfinite_steps.load();
+  const bool sentinel = session->sampler() != nullptr;
+  if (!RunPython(kInstall, {{"SCRIPT", script}, {"LIBRARY", lib},
+                            {"SKIP", skip ? "1" : "0"},
+                            {"SENTINEL", sentinel ? "1" : "0"}})) {
     fprintf(stderr,
-            "nanhunt: NANHUNT_SKIP_NONFINITE_STEPS needs torch.optim in a "
-            "Python process; no step is skipped\n");
+            "nanhunt: the gradient check needs torch.optim in a Python "
+            "process; no step is skipped and sample mode has no sentinel\n");
   }
+}
+
+// NANHUNT_MODE=sample: something was seen; check every op for a while.
+void EscalateSampling(Session& session, const std::string& why) {
+  Sampler* sampler = session.sampler();
+  if (sampler == nullptr) return;
+  const int64_t step = session.monitor().step();
+  if (!sampler->Escalate(step)) return;
+  const std::string detail = absl::StrCat(
+      why, " at step ", step, ": every op checked through step ",
+      sampler->escalated_until());
+  session.writer().Add(EventRow{static_cast<double>(std::time(nullptr)),
+                                "escalated", detail});
+  if (!session.config().quiet) fprintf(stderr, "nanhunt: sample mode: %s\n", detail.c_str());
+}
+
+std::atomic<int64_t> g_calls_seen{0};
+std::atomic<int64_t> g_calls_checked{0};
+
+// Sample mode: whether this op call is checked (core/sampler.h). Calls are
+// numbered per thread within each step.
+bool Sampled(Session& session, const char* name) {
+  Sampler* sampler = session.sampler();
+  if (sampler == nullptr) return true;
+  thread_local int64_t t_step = -1, t_call = 0;
+  const int64_t step = session.monitor().step();
+  if (step != t_step) {
+    t_step = step;
+    t_call = 0;
+  }
+  g_calls_seen.fetch_add(1, std::memory_order_relaxed);
+  if (!sampler->ShouldCheck(step, name, t_call++)) return false;
+  g_calls_checked.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 bool HasFp16Output(const std::vector<TensorFacts>& outputs) {
@@ -290,6 +337,18 @@ void LearnFromFinding(const at::RecordFunction& fn, const Frame* top,
   }
 }
 
+std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
+  std::vector<const void*> storages;
+  for (const c10::IValue& v : values) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      storages.push_back(StorageKey(v.toTensor()));
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) storages.push_back(StorageKey(t));
+    }
+  }
+  return storages;
+}
+
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   const OpTraits& traits = TraitsOf(fn);
@@ -300,9 +359,13 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   }
   // A view computes nothing: its output is memory an earlier op produced.
   // torch.empty's output is garbage by contract.
-  if (traits.view || traits.uninitialised) return;
   Session* session = Session::Get();
   Monitor& monitor = session->monitor();
+  if (strncmp(frame.name, "c10d::", 6) == 0) {
+    // A collective: what lands in its tensors comes from other ranks.
+    monitor.NoteCollective(StoragesOf(frame.inputs));
+  }
+  if (traits.view || traits.uninitialised) return;
 
   const char* top_op = nullptr;
   const char* forward_op = nullptr;
@@ -341,6 +404,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
   call.thread = fn.threadId();
+  call.kernel_mark = frame.kernel_mark;
   if (CheckOnDevice(call, frame.inputs, fn.outputs(), traits, *session, *g_torch_dir)) {
     return;
   }
@@ -348,6 +412,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // or are given a non-finite scalar.
   if (traits.copies_values && SameFloatingDtype(frame.inputs, fn.outputs())) {
     CarryNonFinite(frame.inputs, fn.outputs());
+    monitor.NoteCopy(StoragesOf(frame.inputs), StoragesOf(fn.outputs()));
     return;
   }
   if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs)) return;
@@ -384,6 +449,11 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                          traits,
                          monitor.limits(), *g_torch_dir);
   const Verdict verdict = monitor.OnOp(event, context);
+  if (verdict != Verdict::kClean && session->sampler() != nullptr) {
+    EscalateSampling(*session, absl::StrCat(frame.name, verdict == Verdict::kWarned
+                                                            ? " came near the limit"
+                                                            : " had non-finite values"));
+  }
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) &&
       session->live().fp32_auto.load(std::memory_order_relaxed) &&
       HasFp16Output(ts.output_facts)) {
@@ -398,6 +468,9 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   for (size_t i = 0; i < ts.output_tensors.size(); ++i) {
     RememberChecked(ts.output_tensors[i],
                     AnyNonFinite(ts.output_facts[i].counts));
+  }
+  if (strncmp(frame.name, "c10d::", 6) != 0) {
+    monitor.ForgetCollective(StoragesOf(fn.outputs()));
   }
   if (parent != nullptr) {
     parent->contains_finding |= verdict == Verdict::kOrigin ||
@@ -426,7 +499,8 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           ++ts.optimizer_depth;
           Session::Get()->monitor().OnOptimizerStepBegin();
           if (Session::Get()->live().skip_nonfinite_steps.load(
-                  std::memory_order_relaxed)) {
+                  std::memory_order_relaxed) ||
+              Session::Get()->sampler() != nullptr) {
             ts.busy = true;  // importing the hooks runs no op of the model
             InstallStepGuard();
             ts.busy = false;
@@ -460,8 +534,17 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           f.kind = FrameKind::kOther;
           break;
         }
+        if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
+          ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
+        }
+        if (!Sampled(*Session::Get(), f.name)) {
+          f.fn = nullptr;  // not this one: no frame, nothing at its end
+          --ts.depth;
+          break;
+        }
         f.kind = FrameKind::kOp;
         f.cache_mark = CacheMark();
+        f.kernel_mark = DeviceKernelMark();
         f.autocast_on = at::autocast::is_autocast_enabled(at::kCPU) ||
                         at::autocast::is_autocast_enabled(at::kCUDA);
         const auto inputs = fn.inputs();
@@ -480,9 +563,6 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
                      : CheckWrittenArgs(inputs, traits,
                                         Session::Get()->monitor().limits());
           ts.busy = false;
-        }
-        if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
-          ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
         }
       }
     }
@@ -507,9 +587,15 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
           --ts.optimizer_depth;
           Session::Get()->monitor().OnOptimizerStepEnd();
           break;
-        case FrameKind::kOp:
+        case FrameKind::kOp: {
           OpEnded(fn, ts, index);
+          bool top_level = true;
+          for (int i = 0; i < index && top_level; ++i) {
+            top_level = ts.frames[i].kind != FrameKind::kOp;
+          }
+          if (top_level) ForgetDeviceKernels();  // bounded per thread
           break;
+        }
         default:
           break;
       }
@@ -530,6 +616,18 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
 // they are nanhunt's ops, not the model's.
 extern "C" __attribute__((visibility("default"))) void nanhunt_quiet(int on) {
   nanhunt::t_state.busy = on != 0;
+}
+
+// Called by step_guard.py each step in sample mode: the sentinel.
+extern "C" __attribute__((visibility("default"))) void nanhunt_sentinel(int finite) {
+  using namespace nanhunt;
+  Session* session = Session::Get();
+  if (session == nullptr || !MonitoringActive() || finite) return;
+  try {
+    EscalateSampling(*session, "gradients not finite (sentinel)");
+  } catch (...) {
+    ReportInternalError("sentinel", "unknown exception");
+  }
 }
 
 // Called by step_guard.py when it holds back an optimizer update.
@@ -598,6 +696,10 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         w.PutMeta("device_checks", absl::StrCat(device.enqueued));
         w.PutMeta("check_ring_waits", absl::StrCat(device.waits));
         w.PutMeta("outputs_in_graph_capture", absl::StrCat(device.in_capture));
+        w.PutMeta("kernel_launches", absl::StrCat(device.kernel_launches));
+        if (!device.kernel_names_off.empty()) {
+          w.PutMeta("kernel_names_off", device.kernel_names_off);
+        }
       }
       if (device.in_capture > 0) {
         w.PutMeta("graph_capture_note",
@@ -612,6 +714,10 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       w.PutMeta("fp32_ops", Fp32FallbackCounts());
       Session* session = Session::Get();
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
+      if (session->sampler() != nullptr) {
+        w.PutMeta("op_calls_seen", absl::StrCat(g_calls_seen.load()));
+        w.PutMeta("op_calls_checked", absl::StrCat(g_calls_checked.load()));
+      }
       const std::vector<std::string> learned = LearnedFp32Ops();
       if (!learned.empty()) {
         w.PutMeta("fp32_learned", absl::StrJoin(learned, ","));

@@ -201,6 +201,11 @@ Session::Session(Config config, std::unique_ptr<TraceWriter> writer)
   absl::MutexLock lock(&reload_mu_);
   current_ = config_;
   monitor_ = std::make_unique<Monitor>(config_, writer_.get());
+  if (config_.mode == Mode::kSample) {
+    sampler_ = std::make_unique<Sampler>(config_.sample_ops, config_.sample_steps,
+                                         static_cast<uint64_t>(config_.sample_seed),
+                                         config_.escalate_steps);
+  }
   if (!config_.quiet) {
     monitor_->set_notify([](const std::string& line) {
       fprintf(stderr, "nanhunt: %s\n", line.c_str());

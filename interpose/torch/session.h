@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/config.h"
 #include "core/monitor.h"
+#include "core/sampler.h"
 #include "core/trace_writer.h"
 
 namespace nanhunt {
@@ -54,6 +55,8 @@ class Session {
   // change at run time; records what happened in the trace. Thread-safe.
   void Reload(const char* why);
   Monitor& monitor() { return *monitor_; }
+  // NANHUNT_MODE=sample: which ops to check; null in check mode.
+  Sampler* sampler() { return sampler_.get(); }
 
   // Where NANHUNT_FP32_OPS=auto writes what it learned: NANHUNT_POLICY, or
   // next to the trace.
@@ -74,6 +77,7 @@ class Session {
   const Config config_;
   std::unique_ptr<TraceWriter> writer_;
   std::unique_ptr<Monitor> monitor_;
+  std::unique_ptr<Sampler> sampler_;
   std::function<void(TraceWriter&)> on_finish_;
   std::function<void(const Config&, const Config&)> on_reload_;
   LiveSettings live_;

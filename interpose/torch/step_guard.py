@@ -1,5 +1,7 @@
 """NANHUNT_SKIP_NONFINITE_STEPS: an optimizer step whose gradients are not
 all finite does not update anything, the way GradScaler skips a step.
+NANHUNT_MODE=sample: the same gradient check is the sentinel that tells
+nanhunt to check every op for a while.
 
 Loaded by libnanhunt_torch.so into the monitored process at its first
 optimizer step. torch.optim's optimizers skip every parameter whose .grad is
@@ -21,6 +23,8 @@ from torch.optim.optimizer import (
 )
 
 _lib = None
+_skip = False
+_sentinel = False
 _held = {}  # id(optimizer) -> [(parameter, gradient)] held back this step
 
 
@@ -34,14 +38,19 @@ def _gradients(optimizer):
 
 
 def _all_finite(grads):
-    # One flag per gradient, one host read per device: the read waits for
-    # the backward pass, as GradScaler's does.
-    flags = {}
+    # One max-norm per gradient (a NaN or inf survives the max), computed
+    # per device and dtype in one foreach call, and one host read per
+    # device: the read waits for the backward pass, as GradScaler's does.
+    groups = {}
+    for _, g in grads:
+        values = g.coalesce().values() if g.is_sparse else g
+        groups.setdefault((values.device, values.dtype), []).append(values)
     with torch.no_grad():
-        for _, g in grads:
-            values = g.coalesce().values() if g.is_sparse else g
-            flags.setdefault(values.device, []).append(torch.isfinite(values).all())
-    return all(bool(torch.stack(f).all()) for f in flags.values())
+        for tensors in groups.values():
+            norms = torch._foreach_norm(tensors, float("inf"))
+            if not bool(torch.stack(norms).isfinite().all()):
+                return False
+    return True
 
 
 def _before_step(optimizer, args, kwargs):
@@ -57,7 +66,9 @@ def _before_step(optimizer, args, kwargs):
         finite = _all_finite(grads)
     finally:
         _lib.nanhunt_quiet(0)
-    if finite:
+    if _sentinel:
+        _lib.nanhunt_sentinel(int(finite))
+    if finite or not _skip:
         return None
     _lib.nanhunt_step_skipped()
     for p, _ in grads:
@@ -71,9 +82,11 @@ def _after_step(optimizer, args, kwargs):
         p.grad = g
 
 
-def install(library_path):
-    global _lib
+def install(library_path, skip, sentinel):
+    global _lib, _skip, _sentinel
     _lib = ctypes.CDLL(library_path)
     _lib.nanhunt_quiet.argtypes = [ctypes.c_int]
+    _lib.nanhunt_sentinel.argtypes = [ctypes.c_int]
+    _skip, _sentinel = skip == "1", sentinel == "1"
     register_optimizer_step_pre_hook(_before_step)
     register_optimizer_step_post_hook(_after_step)

@@ -34,19 +34,20 @@ def test_a_million_rows_are_summarised(big):
 
 def test_a_progress_line_shows_on_a_terminal(big):
     leader, follower = pty.openpty()
-    p = subprocess.run([str(NANHUNT), "view", str(big)], stdout=subprocess.DEVNULL,
-                       stderr=follower, env=clean_env(NANHUNT_PROGRESS_MS="0"), timeout=120)
+    p = subprocess.Popen([str(NANHUNT), "view", str(big)], stdout=subprocess.DEVNULL,
+                         stderr=follower, env=clean_env(NANHUNT_PROGRESS_MS="0"))
     os.close(follower)
     seen = b""
-    while True:
+    while True:  # read while it runs: a full terminal buffer would stall it
         try:
             chunk = os.read(leader, 65536)
-        except OSError:
+        except OSError:  # the other end closed: the process is done
             break
         if not chunk:
             break
         seen += chunk
     os.close(leader)
+    p.wait(timeout=120)
     assert p.returncode == 0
     assert f"nanhunt: reading {big}...".encode() in seen, seen[:200]
     assert seen.endswith(b"\r\x1b[K")  # cleared when done

@@ -116,6 +116,13 @@ TEST_F(LateOpsTest, ResultsFinishingOutOfOrderAreStillJudgedInEnqueueOrder) {
   EXPECT_EQ(monitor_.first_origin()->op, "aten::bmm");
 }
 
+TEST_F(LateOpsTest, TheKernelsAnOpLaunchedGoWithItsFinding) {
+  auto op = Op(1, "aten::bmm", 0);
+  op->kernels = "_Z4gemmPf<<<8,1,1>>>";
+  EXPECT_EQ(late_.OnResult(op, 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.first_origin()->kernels, "_Z4gemmPf<<<8,1,1>>>");
+}
+
 TEST_F(LateOpsTest, AnEnclosingOpOfANestedOriginIsNotASecondOrigin) {
   EXPECT_EQ(late_.OnResult(Op(11, "aten::bmm", 2, -1, /*parent=*/10), 0, Counts(1)),
             Verdict::kOrigin);

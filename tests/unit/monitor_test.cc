@@ -161,6 +161,23 @@ TEST_F(MonitorTest, PropagatedFindingsAreCappedPerStepButOriginsAreNot) {
   EXPECT_EQ(m.findings(), 3);
 }
 
+TEST_F(MonitorTest, NonFiniteValuesInMemoryACollectiveWroteWereReceived) {
+  static int bucket, batch;
+  monitor_.NoteCollective({&bucket});
+  FakeContext ctx;
+  ctx.inputs = {Input(true, false)};
+  ctx.inputs[0].storage = &bucket;
+  Op("aten::copy_", Fp16(1), ctx);
+  EXPECT_FALSE(monitor_.first_origin().has_value()) << "received is not where it began";
+  // Written by an op of this process since: an input again (a reused
+  // address must not pass for a bucket).
+  monitor_.ForgetCollective({&bucket});
+  ctx.inputs[0].storage = &batch;
+  Op("aten::add", Fp16(1), ctx);
+  ASSERT_TRUE(monitor_.first_origin().has_value());
+  EXPECT_EQ(monitor_.first_origin()->kind, "input");
+}
+
 TEST_F(MonitorTest, SkippedStepNamesTheFirstBackwardOpOfThatStep) {
   FakeContext ctx;
   ctx.inputs = {Input(false, false)};

@@ -1,0 +1,57 @@
+"""The GPU benchmark of the issue: a GPT-2-small-sized model, fp16 autocast,
+plain / nanhunt checking every op / set_detect_anomaly, interleaved over a
+few rounds, median step times (CUDA events) and ratios to plain. Target:
+every-op checking at most 1.15x plain. Run by scripts/gpu-check.sh;
+`--device cpu --tiny` checks the script itself without a GPU."""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(mode, args, out):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
+    cmd = [sys.executable, str(ROOT / "bench" / "gpt2_step.py"), "--device", args.device,
+           "--steps", str(args.steps)] + (["--tiny"] if args.tiny else [])
+    if mode == "nanhunt":
+        env.update(LD_PRELOAD=str(Path(args.build) / "lib" / "libnanhunt.so"),
+                   NANHUNT_OUT=out, NANHUNT_QUIET="1", NANHUNT_EXIT_SUMMARY="0")
+    if mode == "anomaly":
+        cmd.append("--anomaly")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{mode} run failed:\n{r.stderr[-2000:]}")
+    return float(r.stdout.split()[1])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--build", default=str(ROOT / "build"))
+    args = p.parse_args()
+    modes = ["plain", "nanhunt", "anomaly"]
+    times = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as out:
+        for _ in range(args.rounds):
+            for m in modes:
+                times[m].append(run(m, args, out))
+    med = {m: statistics.median(t) for m, t in times.items()}
+    size = "tiny" if args.tiny else "GPT-2 small (12x768, seq 1024, batch 8)"
+    print(f"{size}, {args.device}, fp16 autocast, {args.steps} steps x {args.rounds} rounds")
+    print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
+    for m, label in [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
+                     ("anomaly", "set_detect_anomaly(True)")]:
+        print(f"{label:<28}{med[m]:>10.2f}{med[m] / med['plain']:>9.2f}x")
+
+
+if __name__ == "__main__":
+    main()
