@@ -134,6 +134,13 @@ const Setting kSettings[] = {
        return ApplyNumber("NANHUNT_UNDERFLOW_FRACTION", v, 1e-12, 1.0,
                           c.underflow_fraction);
      }},
+    {{"NANHUNT_MAX_TRACE_MB", "1024", "an integer in [1, 1048576]",
+      "size cap of one trace: past 60% of it, per-step statistics older than "
+      "the last 200 steps are thinned (one step in 2, 4, 8...); findings, "
+      "loss scale, skips and events are never dropped"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber<int64_t>("NANHUNT_MAX_TRACE_MB", v, 1, 1048576, c.max_trace_mb);
+     }},
     {{"NANHUNT_FLUSH_MS", "250", "an integer in [10, 60000]",
       "how often the trace is committed to disk; a crash loses at most "
       "this much"},
@@ -462,6 +469,7 @@ std::string DescribeConfig(const Config& c) {
       "\nNANHUNT_OUT=", c.out_dir, "\nNANHUNT_NEAR_MAX=", c.near_max,
       "\nNANHUNT_UNDERFLOW_FRACTION=", c.underflow_fraction,
       "\nNANHUNT_FLUSH_MS=", c.flush_ms,
+      "\nNANHUNT_MAX_TRACE_MB=", c.max_trace_mb,
       "\nNANHUNT_MAX_FINDINGS_PER_STEP=", c.max_findings_per_step,
       "\nNANHUNT_FOLLOW_CHILDREN=", c.follow_children ? 1 : 0,
       "\nNANHUNT_EXIT_SUMMARY=", c.exit_summary ? 1 : 0,

@@ -38,6 +38,7 @@ struct Config {
   bool fp32_auto = false;
   std::string policy_file;  // NANHUNT_POLICY: fp32 ops learned by a run
   bool skip_nonfinite_steps = false;  // GradScaler-style skipping
+  int64_t max_trace_mb = 1024;  // size cap of one trace (TraceWriter::Thin)
   int progress_ms = 1000;  // viewer: progress line on a terminal after this
   // NANHUNT_MODE=sample (core/sampler.h).
   double sample_ops = 0.01;

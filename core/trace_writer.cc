@@ -21,7 +21,8 @@ void BindText(sqlite3_stmt* s, int i, const std::string& v) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(
-    const std::string& path, std::chrono::milliseconds flush_interval) {
+    const std::string& path, std::chrono::milliseconds flush_interval,
+    int64_t max_bytes) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
@@ -46,12 +47,15 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(
     return s;
   }
   return std::unique_ptr<TraceWriter>(
-      new TraceWriter(path, db, flush_interval));
+      new TraceWriter(path, db, flush_interval, max_bytes));
 }
 
 TraceWriter::TraceWriter(std::string path, sqlite3* db,
-                         std::chrono::milliseconds flush_interval)
-    : path_(std::move(path)), db_(db), flush_interval_(flush_interval) {
+                         std::chrono::milliseconds flush_interval, int64_t max_bytes)
+    : path_(std::move(path)),
+      db_(db),
+      flush_interval_(flush_interval),
+      max_bytes_(max_bytes) {
   sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO meta VALUES(?,?)", -1,
                      &meta_stmt_, nullptr);
   sqlite3_prepare_v2(db_,
@@ -145,6 +149,7 @@ void TraceWriter::Run() {
     }
     const size_t n = batch.size();
     if (n > 0) Commit(batch);
+    if (n > 0 && max_bytes_ > 0) ThinIfNeeded();
     batch.clear();
     absl::MutexLock lock(&mu_);
     committed_ += n;
@@ -157,6 +162,59 @@ void TraceWriter::Run() {
       return;
     }
   }
+}
+
+namespace {
+
+// Steps whose per-step rows are never thinned: the recent past, where the
+// trouble usually is.
+constexpr int64_t kRecentSteps = 200;
+
+int64_t Scalar(sqlite3* db, const char* sql) {
+  sqlite3_stmt* s = nullptr;
+  int64_t v = 0;
+  if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW) {
+    v = sqlite3_column_int64(s, 0);
+  }
+  sqlite3_finalize(s);
+  return v;
+}
+
+}  // namespace
+
+int64_t TraceWriter::UsedBytes() {
+  return (Scalar(db_, "PRAGMA page_count") - Scalar(db_, "PRAGMA freelist_count")) *
+         Scalar(db_, "PRAGMA page_size");
+}
+
+void TraceWriter::ThinIfNeeded() {
+  // Checked after each commit (three cheap pragmas), with room left for
+  // the next commit's rows. The WAL (up to ~4 MB before SQLite folds it
+  // in) comes on top of the cap.
+  if (UsedBytes() < max_bytes_ * 6 / 10) return;
+  const int64_t last = Scalar(db_, "SELECT MAX(step) FROM op_stats");
+  const int64_t before = last - kRecentSteps;
+  if (before <= 0) return;
+  if (stride_ < (int64_t{1} << 40)) stride_ *= 2;
+  const std::string where = absl::StrCat(" WHERE step < ", before, " AND step % ",
+                                         stride_, " != 0");
+  sqlite3_exec(db_, "BEGIN", nullptr, nullptr, nullptr);
+  sqlite3_exec(db_, absl::StrCat("DELETE FROM op_stats", where).c_str(), nullptr,
+               nullptr, nullptr);
+  sqlite3_exec(db_, absl::StrCat("DELETE FROM steps", where).c_str(), nullptr,
+               nullptr, nullptr);
+  const std::string note = absl::StrCat(
+      "over ", max_bytes_ / 1000000, " MB: op_stats and steps rows before step ",
+      before, " keep one step in ", stride_,
+      "; findings, loss scale, skips and events are all kept");
+  sqlite3_stmt* s = meta_stmt_;
+  BindText(s, 1, "thinned");
+  BindText(s, 2, note);
+  sqlite3_step(s);
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
 }
 
 void TraceWriter::Commit(std::vector<Row>& rows) {

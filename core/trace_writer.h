@@ -28,8 +28,10 @@ class TraceWriter {
  public:
   // Creates (or appends to) the SQLite file at `path` and starts the writer
   // thread. The parent directory must exist.
+  // `max_bytes` > 0 caps the trace's size (see Thin()).
   static absl::StatusOr<std::unique_ptr<TraceWriter>> Open(
-      const std::string& path, std::chrono::milliseconds flush_interval);
+      const std::string& path, std::chrono::milliseconds flush_interval,
+      int64_t max_bytes = 0);
 
   // Stops the thread after a final commit.
   ~TraceWriter();
@@ -63,7 +65,14 @@ class TraceWriter {
                            LossScaleRow, SkipRow>;
 
   TraceWriter(std::string path, sqlite3* db,
-              std::chrono::milliseconds flush_interval);
+              std::chrono::milliseconds flush_interval, int64_t max_bytes);
+  // The size cap's policy: once the rows in use come near `max_bytes_`,
+  // per-step rows (op_stats, steps) of all but the last 200 steps
+  // are thinned to one step in `stride_` (doubled each time); findings,
+  // loss scale, skips and events are never dropped. SQLite reuses the freed
+  // pages, so the file stops growing. Recorded in meta "thinned".
+  void ThinIfNeeded();
+  int64_t UsedBytes();
   void Enqueue(Row row);
   void Run();
   void Commit(std::vector<Row>& rows);
@@ -72,6 +81,8 @@ class TraceWriter {
   const std::string path_;
   sqlite3* const db_;
   const std::chrono::milliseconds flush_interval_;
+  const int64_t max_bytes_;
+  int64_t stride_ = 1;        // per-step rows kept: one step in stride_
   // Prepared once; used by the writer thread only.
   sqlite3_stmt* meta_stmt_ = nullptr;
   sqlite3_stmt* stats_stmt_ = nullptr;

@@ -166,6 +166,9 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   for (const Trace& t : traces) {
     s.traces.push_back(t.path);
     for (const auto& p : t.problems) s.problems.push_back(t.path + ": " + p);
+    if (auto it = t.meta.find("thinned"); it != t.meta.end()) {
+      s.problems.push_back(t.path + ": size cap (NANHUNT_MAX_TRACE_MB) reached, " + it->second);
+    }
     if (auto it = t.meta.find("command"); it != t.meta.end()) {
       commands.insert(it->second);
     }

@@ -225,8 +225,8 @@ absl::StatusOr<Session*> Session::Start(const std::string& torch_version) {
   const std::string path = absl::StrCat(
       config->out_dir, "/nanhunt-", run_id,
       config->run_id.empty() ? "" : absl::StrCat("-", getpid()), ".sqlite");
-  auto writer = TraceWriter::Open(
-      path, std::chrono::milliseconds(config->flush_ms));
+  auto writer = TraceWriter::Open(path, std::chrono::milliseconds(config->flush_ms),
+                                 config->max_trace_mb * 1000000);
   if (!writer.ok()) return writer.status();
   TraceWriter& w = **writer;
   w.PutMeta("schema_version", absl::StrCat(kTraceSchemaVersion));

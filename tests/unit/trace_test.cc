@@ -102,6 +102,51 @@ TEST_F(TraceTest, AfterCloseTheTraceFileAloneHoldsEverything) {
   EXPECT_EQ(t->steps[0].step, 7);
 }
 
+TEST_F(TraceTest, ALongRunStaysUnderTheCapAndKeepsEveryFinding) {
+  // 20,000 steps x 20 ops of statistics would take ~40 MB; the cap is 2 MB.
+  const int64_t cap = 2000000;
+  auto w = TraceWriter::Open(path_, std::chrono::milliseconds(10), cap);
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->PutMeta("command", "python train.py");
+  for (int64_t step = 0; step < 20000; ++step) {
+    for (int op = 0; op < 20; ++op) {
+      OpStatsRow r;
+      r.step = step;
+      r.op = "aten::op" + std::to_string(op);
+      r.phase = "forward";
+      r.dtype = "float16";
+      r.calls = 1;
+      r.max_abs = 1.0 + step;
+      (*w)->Add(r);
+    }
+    StepRow st;
+    st.step = step;
+    (*w)->Add(st);
+    if (step % 100 == 0) {
+      FindingRow f;
+      f.kind = "near_max";
+      f.step = step;
+      f.op = "aten::op0";
+      (*w)->Add(f);
+    }
+    if (step % 500 == 0) (*w)->Flush();
+  }
+  (*w)->Close();
+  struct stat st{};
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
+  EXPECT_LT(st.st_size, cap);
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->findings.size(), 200u) << "findings are never dropped";
+  EXPECT_NE(t->meta["thinned"].find("keep one step in"), std::string::npos);
+  ASSERT_FALSE(t->steps.empty());
+  EXPECT_EQ(t->steps.back().step, 19999);
+  // The recent past is whole.
+  int64_t recent = 0;
+  for (const StepRow& s : t->steps) recent += s.step >= 19800;
+  EXPECT_EQ(recent, 200);
+}
+
 TEST_F(TraceTest, FlushMakesRowsVisibleToAReaderWhileTheWriterRuns) {
   auto w = TraceWriter::Open(path_, std::chrono::seconds(60));
   ASSERT_TRUE(w.ok());
