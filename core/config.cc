@@ -116,6 +116,24 @@ const Setting kSettings[] = {
        return ApplyNumber<int64_t>("NANHUNT_ESCALATE_STEPS", v, 1, 1000000,
                                    c.escalate_steps);
      }},
+    {{"NANHUNT_BUDGET", "off", "off, or a percentage in [0.01%, 50%] like 1%",
+      "sample mode: adjust NANHUNT_SAMPLE_OPS after each step so that "
+      "checking ops takes about this share of the step time (full steps and "
+      "escalations still check everything)"},
+     [](absl::string_view v, Config& c) {
+       if (absl::EqualsIgnoreCase(v, "off")) {
+         c.budget = 0;
+         return absl::OkStatus();
+       }
+       double percent = 0;
+       absl::string_view number = v;
+       if (!absl::ConsumeSuffix(&number, "%") || !absl::SimpleAtod(number, &percent) ||
+           !(percent >= 0.01 && percent <= 50)) {
+         return Invalid(Info("NANHUNT_BUDGET"), v);
+       }
+       c.budget = percent / 100;
+       return absl::OkStatus();
+     }},
     {{"NANHUNT_OUT", "nanhunt-out", "a directory path (created if missing)",
       "where each process writes its trace"},
      [](absl::string_view v, Config& c) {
@@ -464,7 +482,9 @@ std::string DescribeConfig(const Config& c) {
           ? absl::StrCat("\nNANHUNT_SAMPLE_OPS=", c.sample_ops,
                          "\nNANHUNT_SAMPLE_STEPS=", c.sample_steps,
                          "\nNANHUNT_SAMPLE_SEED=", c.sample_seed,
-                         "\nNANHUNT_ESCALATE_STEPS=", c.escalate_steps)
+                         "\nNANHUNT_ESCALATE_STEPS=", c.escalate_steps,
+                         c.budget > 0 ? absl::StrCat("\nNANHUNT_BUDGET=", c.budget * 100, "%")
+                                      : "")
           : "",
       "\nNANHUNT_OUT=", c.out_dir, "\nNANHUNT_NEAR_MAX=", c.near_max,
       "\nNANHUNT_UNDERFLOW_FRACTION=", c.underflow_fraction,

@@ -45,6 +45,7 @@ struct Config {
   int64_t sample_steps = 100;
   int64_t sample_seed = 0;
   int64_t escalate_steps = 20;
+  double budget = 0;  // NANHUNT_BUDGET as a share (0.01 for 1%); 0: off
   std::string snapshot_dir;  // empty: no snapshot
   std::string torch_plugin;  // empty: next to libnanhunt.so
   std::string run_id;        // empty: one per process

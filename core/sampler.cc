@@ -47,11 +47,18 @@ bool Sampler::FullStep(int64_t step) const {
 
 bool Sampler::ShouldCheck(int64_t step, absl::string_view op, int64_t call) const {
   if (FullStep(step)) return true;
-  if (threshold_ == 0) return false;
+  const uint64_t threshold = threshold_.load(std::memory_order_relaxed);
+  if (threshold == 0) return false;
   const uint64_t h = Mix(seed_ ^ Mix(static_cast<uint64_t>(step) ^
                                      Mix(HashName(op) ^ static_cast<uint64_t>(call))));
-  return h < threshold_;
+  return h < threshold;
 }
+
+double Sampler::op_fraction() const {
+  return std::ldexp(static_cast<double>(threshold_.load()), -64);
+}
+
+void Sampler::set_op_fraction(double fraction) { threshold_.store(Threshold(fraction)); }
 
 bool Sampler::Escalate(int64_t step) {
   const int64_t until = step + escalate_steps_;

@@ -30,11 +30,15 @@ class Sampler {
   // Checks every op from `step` to `step + escalate_steps`. Returns false
   // when already escalated that far (the caller records each new one).
   bool Escalate(int64_t step);
+
+  // NANHUNT_BUDGET: the share of op calls checked, changed while running.
+  double op_fraction() const;
+  void set_op_fraction(double fraction);
   int64_t escalated_until() const { return escalated_until_.load(); }
   int64_t escalate_steps() const { return escalate_steps_; }
 
  private:
-  const uint64_t threshold_;  // op_fraction scaled to 2^64
+  std::atomic<uint64_t> threshold_;  // op_fraction scaled to 2^64
   const int64_t every_n_steps_;
   const uint64_t seed_;
   const int64_t escalate_steps_;

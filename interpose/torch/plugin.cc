@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "core/budget.h"
 #include "core/op_policy.h"
 #include "interpose/torch/device_outputs.h"
 #include "interpose/torch/forward_ops.h"
@@ -48,6 +50,7 @@ struct Frame {
   const at::RecordFunction* fn = nullptr;
   uint64_t id = 0;  // unique per op call (late results name their parent)
   size_t kernel_mark = 0;  // the thread's GPU kernel launches at its start
+  int64_t start_cost_ns = 0;  // NANHUNT_BUDGET: what its start callback took
   FrameKind kind = FrameKind::kOther;
   const char* name = nullptr;
   const char* forward_op = nullptr;  // backward nodes
@@ -268,6 +271,39 @@ void EscalateSampling(Session& session, const std::string& why) {
 
 std::atomic<int64_t> g_calls_seen{0};
 std::atomic<int64_t> g_calls_checked{0};
+
+// NANHUNT_BUDGET: time spent in checks since the last step, and the step's
+// start; the controller is set at start when a budget is configured.
+std::atomic<int64_t> g_check_ns{0};
+std::atomic<int64_t> g_step_started_ns{0};
+BudgetController* g_budget = nullptr;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A step ended: adjust the share of ops checked to the budget.
+void SpendBudget(Session& session) {
+  Sampler* sampler = session.sampler();
+  if (g_budget == nullptr || sampler == nullptr) return;
+  const int64_t now = NowNs();
+  const int64_t started = g_step_started_ns.exchange(now);
+  const int64_t spent = g_check_ns.exchange(0);
+  if (started == 0) return;
+  const double rate = sampler->op_fraction();
+  if (auto next = g_budget->OnStep(now - started, spent, rate)) {
+    sampler->set_op_fraction(*next);
+    session.writer().Add(EventRow{
+        static_cast<double>(std::time(nullptr)), "sample_rate",
+        absl::StrFormat("step %d: checks took %.2f%% of the step at %.4g of op calls; "
+                        "now %.4g",
+                        session.monitor().step(),
+                        100.0 * static_cast<double>(spent) / static_cast<double>(now - started),
+                        rate, *next)});
+  }
+}
 
 // Sample mode: whether this op call is checked (core/sampler.h). Calls are
 // numbered per thread within each step.
@@ -543,6 +579,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           break;
         }
         f.kind = FrameKind::kOp;
+        const int64_t start_t0 = g_budget != nullptr ? NowNs() : 0;
         f.cache_mark = CacheMark();
         f.kernel_mark = DeviceKernelMark();
         f.autocast_on = at::autocast::is_autocast_enabled(at::kCPU) ||
@@ -564,6 +601,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
                                         Session::Get()->monitor().limits());
           ts.busy = false;
         }
+        f.start_cost_ns = g_budget != nullptr ? NowNs() - start_t0 : 0;
       }
     }
   } catch (const std::exception& e) {
@@ -586,9 +624,15 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
         case FrameKind::kOptimizer:
           --ts.optimizer_depth;
           Session::Get()->monitor().OnOptimizerStepEnd();
+          SpendBudget(*Session::Get());
           break;
         case FrameKind::kOp: {
+          const int64_t t0 = g_budget != nullptr ? NowNs() : 0;
           OpEnded(fn, ts, index);
+          if (g_budget != nullptr) {
+            g_check_ns.fetch_add(NowNs() - t0 + ts.frames[index].start_cost_ns,
+                                 std::memory_order_relaxed);
+          }
           bool top_level = true;
           for (int i = 0; i < index && top_level; ++i) {
             top_level = ts.frames[i].kind != FrameKind::kOp;
@@ -689,6 +733,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       }
     });
     SetLateVerdictHandler(&OnLateVerdict);
+    if ((*session)->sampler() != nullptr && (*session)->config().budget > 0) {
+      g_budget = new BudgetController((*session)->config().budget);  // leaked
+    }
     (*session)->set_on_finish([](TraceWriter& w) {
       DrainDeviceChecks();  // usually done already, from Python's atexit
       const DeviceTotals device = GetDeviceTotals();
@@ -717,6 +764,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       if (session->sampler() != nullptr) {
         w.PutMeta("op_calls_seen", absl::StrCat(g_calls_seen.load()));
         w.PutMeta("op_calls_checked", absl::StrCat(g_calls_checked.load()));
+        w.PutMeta("sample_ops_final", absl::StrCat(session->sampler()->op_fraction()));
       }
       const std::vector<std::string> learned = LearnedFp32Ops();
       if (!learned.empty()) {

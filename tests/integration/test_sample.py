@@ -42,3 +42,18 @@ def test_sampling_is_the_same_in_two_runs(tmp_path):
         counts.append(sqlite3.connect(trace).execute(
             "SELECT step, op, phase, calls FROM op_stats ORDER BY 1, 2, 3").fetchall())
     assert counts[0] == counts[1]
+
+
+def test_a_budget_lowers_the_share_of_ops_checked(out):
+    # Checking every op of this small model costs far more than 1% of its
+    # step: the budget must bring the share down, and say so in the trace.
+    r = preload_run([PYTHON, SCRIPTS / "long_small_training.py"], out, timeout=900,
+                    NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="1", NANHUNT_SAMPLE_STEPS="0",
+                    NANHUNT_BUDGET="1%")
+    assert r.returncode == 0, r.stderr
+    [trace] = out.glob("*.sqlite")
+    db = sqlite3.connect(trace)
+    changes = [d for (d,) in db.execute("SELECT detail FROM events WHERE kind = 'sample_rate'")]
+    assert changes and "checks took" in changes[0], changes[:3]
+    (final,) = db.execute("SELECT value FROM meta WHERE key = 'sample_ops_final'").fetchone()
+    assert float(final) < 0.5, final

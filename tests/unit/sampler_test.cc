@@ -50,3 +50,32 @@ TEST(SamplerTest, EscalationChecksEveryOpForTheNextKSteps) {
 
 }  // namespace
 }  // namespace nanhunt
+
+#include "core/budget.h"
+
+namespace nanhunt {
+namespace {
+
+TEST(BudgetTest, TheRateSettlesWhereChecksCostTheBudget) {
+  // A model of a run: checking every op costs 40% of a 100 ms step.
+  BudgetController budget(0.01);
+  double rate = 1.0;
+  for (int step = 0; step < 60; ++step) {
+    const int64_t step_ns = 100'000'000;
+    const auto check_ns = static_cast<int64_t>(0.4 * rate * step_ns);
+    if (auto next = budget.OnStep(step_ns, check_ns, rate)) rate = *next;
+  }
+  EXPECT_NEAR(0.4 * rate, 0.01, 0.004) << "checks take about 1% of the step";
+}
+
+TEST(BudgetTest, NothingMeasuredMeansRoomToCheckMore) {
+  BudgetController budget(0.05);
+  auto next = budget.OnStep(1'000'000, 0, 0.01);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_GT(*next, 0.01);
+  // Already at 90% of the budget: left alone.
+  EXPECT_FALSE(BudgetController(0.05).OnStep(1'000'000, 45'000, 0.5).has_value());
+}
+
+}  // namespace
+}  // namespace nanhunt
