@@ -25,10 +25,14 @@ fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PYTHON="$python" \
   ${prefix:+-DCMAKE_PREFIX_PATH=$prefix/usr -DCMAKE_INCLUDE_PATH=$prefix/usr/include -DCMAKE_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu} \
   -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
-cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests
+cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests \
+  nanhunt_cuda_api_test nanhunt_kernel_names_test
 
 echo "== GPU tests"
 "$build"/bin/nanhunt_gpu_tests --gtest_brief=1
+echo "== the GPU library as the plugin loads it (enqueue, deliver), CUPTI names"
+"$build"/bin/nanhunt_cuda_api_test --gtest_brief=1
+"$build"/bin/nanhunt_kernel_names_test --gtest_brief=1
 echo "== unit tests (CPU)"
 "$build"/bin/nanhunt_unit_tests --gtest_brief=1
 echo "== check kernel benchmark"
