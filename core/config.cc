@@ -82,8 +82,9 @@ absl::Status ApplyNonEmpty(const char* name, absl::string_view v,
 const Setting kSettings[] = {
     {{"NANHUNT_MODE", "check", "off, check, sample",
       "off loads nothing at all; check checks the outputs of every op; sample "
-      "checks the gradients every step and a deterministic sample of ops, and "
-      "every op for a while after anything is seen (for production runs)"},
+      "checks the gradients every step and a deterministic sample of ops "
+      "(torch's own sampling, reseeded each step), and every op for a while "
+      "after anything is seen (for production runs)"},
      [](absl::string_view v, Config& c) {
        const std::string s = absl::AsciiStrToLower(v);
        if (s == "off") { c.mode = Mode::kOff; return absl::OkStatus(); }
@@ -92,8 +93,8 @@ const Setting kSettings[] = {
        return Invalid(Info("NANHUNT_MODE"), v);
      }},
     {{"NANHUNT_SAMPLE_OPS", "0.01", "a number in [0, 1]",
-      "sample mode: the share of op calls checked (chosen by a fixed hash of "
-      "seed, step, op and call number, so ranks and reruns sample alike)"},
+      "sample mode: the share of op calls checked (drawn from the seed and "
+      "the step, so ranks and reruns sample alike)"},
      [](absl::string_view v, Config& c) {
        return ApplyNumber("NANHUNT_SAMPLE_OPS", v, 0.0, 1.0, c.sample_ops);
      }},
@@ -103,7 +104,7 @@ const Setting kSettings[] = {
        return ApplyNumber<int64_t>("NANHUNT_SAMPLE_STEPS", v, 0, 1000000, c.sample_steps);
      }},
     {{"NANHUNT_SAMPLE_SEED", "0", "an integer in [0, 2^62]",
-      "sample mode: the seed of the sampling hash"},
+      "sample mode: the seed of the sampling"},
      [](absl::string_view v, Config& c) {
        return ApplyNumber<int64_t>("NANHUNT_SAMPLE_SEED", v, 0, int64_t{1} << 62,
                                    c.sample_seed);

@@ -367,7 +367,7 @@ void Monitor::OnScalerUpdate(double scale, bool skipped) {
   absl::MutexLock lock(&mu_);
   const StepTracker::ScalerStep s = steps_.OnScalerUpdate();
   if (writer_) writer_->Add(LossScaleRow{s.step, scale, skipped});
-  if (s.advanced) WriteStepLocked(s.step, clock_());
+  if (s.advanced) WriteStepLocked(s.step, clock_(), /*ended=*/true);
 }
 
 std::string Monitor::OnStepSkipped() {
@@ -395,11 +395,11 @@ int64_t Monitor::skipped_steps() const {
 
 void Monitor::OnOptimizerStepEnd() {
   absl::MutexLock lock(&mu_);
-  WriteStepLocked(steps_.step(), clock_());
+  WriteStepLocked(steps_.step(), clock_(), /*ended=*/true);
   steps_.OnOptimizerStepEnd();
 }
 
-void Monitor::WriteStepLocked(int64_t step, double now) {
+void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
   for (auto& [name, state] : ops_) {
     for (int p = 0; p < kPhaseCount; ++p) {
       for (int f = 0; f < kFormatCount; ++f) {
@@ -427,7 +427,7 @@ void Monitor::WriteStepLocked(int64_t step, double now) {
       }
     }
   }
-  if (writer_ && call_index_ > 0) {
+  if (writer_ && (call_index_ > 0 || ended)) {
     StepRow row;
     row.step = step;
     row.ops = call_index_;

@@ -182,7 +182,10 @@ class Monitor {
   };
 
   // Writes `step`'s statistics and its steps row, and starts a new step.
-  void WriteStepLocked(int64_t step, double now)
+  // The row is left out for a step with no checked op unless `ended` (an
+  // optimizer step or a GradScaler skip ended it: in sample mode a step may
+  // pass without any op checked, and is still a step).
+  void WriteStepLocked(int64_t step, double now, bool ended = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FindingRow MakeFinding(const char* kind, const OpEvent& e,
                          const CheckCounts& total, Format format) const

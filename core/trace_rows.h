@@ -56,6 +56,15 @@ struct SkipRow {
   double time = 0;
 };
 
+// NANHUNT_MODE=sample switched to checking every op from `step` through
+// `until_step`, because of `why` (non-finite gradients, a GradScaler skip,
+// a sampled op's finding).
+struct EscalationRow {
+  int64_t step = 0, until_step = 0;
+  std::string why;
+  double time = 0;
+};
+
 // Something that happened to the run itself (config change, warning).
 struct EventRow {
   double time = 0;

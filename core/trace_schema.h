@@ -4,7 +4,7 @@
 
 namespace nanhunt {
 
-inline constexpr int kTraceSchemaVersion = 4;
+inline constexpr int kTraceSchemaVersion = 5;
 
 inline constexpr const char kTraceSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS events(time REAL, kind TEXT, detail TEXT);
 CREATE TABLE IF NOT EXISTS loss_scale(step INTEGER, scale REAL, skipped INTEGER);
 CREATE TABLE IF NOT EXISTS skipped_steps(
   step INTEGER, first_op TEXT, forward_op TEXT, time REAL);
+CREATE TABLE IF NOT EXISTS escalations(
+  step INTEGER, until_step INTEGER, why TEXT, time REAL);
 )sql";
 
 }  // namespace nanhunt

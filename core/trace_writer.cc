@@ -76,6 +76,8 @@ TraceWriter::TraceWriter(std::string path, sqlite3* db,
                      &scale_stmt_, nullptr);
   sqlite3_prepare_v2(db_, "INSERT INTO skipped_steps VALUES(?,?,?,?)", -1,
                      &skip_stmt_, nullptr);
+  sqlite3_prepare_v2(db_, "INSERT INTO escalations VALUES(?,?,?,?)", -1,
+                     &escalation_stmt_, nullptr);
   thread_ = StartQuietThread([this] { Run(); });
 }
 
@@ -83,7 +85,7 @@ TraceWriter::~TraceWriter() {
   Close();
   for (sqlite3_stmt* s :
        {meta_stmt_, stats_stmt_, finding_stmt_, step_stmt_, event_stmt_,
-        scale_stmt_, skip_stmt_}) {
+        scale_stmt_, skip_stmt_, escalation_stmt_}) {
     sqlite3_finalize(s);
   }
   sqlite3_close(db_);
@@ -105,6 +107,7 @@ void TraceWriter::Add(StepRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(EventRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(LossScaleRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(SkipRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(EscalationRow row) { Enqueue(std::move(row)); }
 
 void TraceWriter::Flush(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
@@ -292,6 +295,12 @@ void TraceWriter::Write(const Row& row) {
     BindText(s, 2, k->first_op);
     BindText(s, 3, k->forward_op);
     sqlite3_bind_double(s, 4, k->time);
+  } else if (const auto* x = std::get_if<EscalationRow>(&row)) {
+    s = escalation_stmt_;
+    sqlite3_bind_int64(s, 1, x->step);
+    sqlite3_bind_int64(s, 2, x->until_step);
+    BindText(s, 3, x->why);
+    sqlite3_bind_double(s, 4, x->time);
   } else if (const auto* e = std::get_if<EventRow>(&row)) {
     s = event_stmt_;
     sqlite3_bind_double(s, 1, e->time);

@@ -44,6 +44,7 @@ class TraceWriter {
   void Add(EventRow row);
   void Add(LossScaleRow row);
   void Add(SkipRow row);
+  void Add(EscalationRow row);
 
   // Commits everything queued so far; returns when it is on disk (or when
   // `timeout` passed). Thread-safe.
@@ -62,14 +63,14 @@ class TraceWriter {
     std::string key, value;
   };
   using Row = std::variant<MetaRow, OpStatsRow, FindingRow, StepRow, EventRow,
-                           LossScaleRow, SkipRow>;
+                           LossScaleRow, SkipRow, EscalationRow>;
 
   TraceWriter(std::string path, sqlite3* db,
               std::chrono::milliseconds flush_interval, int64_t max_bytes);
   // The size cap's policy: once the rows in use come near `max_bytes_`,
   // per-step rows (op_stats, steps) of all but the last 200 steps
   // are thinned to one step in `stride_` (doubled each time); findings,
-  // loss scale, skips and events are never dropped. SQLite reuses the freed
+  // loss scale, skips, escalations and events are never dropped. SQLite reuses the freed
   // pages, so the file stops growing. Recorded in meta "thinned".
   void ThinIfNeeded();
   int64_t UsedBytes();
@@ -91,6 +92,7 @@ class TraceWriter {
   sqlite3_stmt* event_stmt_ = nullptr;
   sqlite3_stmt* scale_stmt_ = nullptr;
   sqlite3_stmt* skip_stmt_ = nullptr;
+  sqlite3_stmt* escalation_stmt_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::vector<Row> queue_ ABSL_GUARDED_BY(mu_);

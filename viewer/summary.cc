@@ -32,12 +32,6 @@ bool Before(const FindingRow& a, const FindingRow& b) {
   return a.time < b.time;
 }
 
-std::string FormatAbs(double v) {
-  if (std::isinf(v)) return "inf";
-  if (v >= 1e6 || (v > 0 && v < 1e-3)) return absl::StrFormat("%.3g", v);
-  return absl::StrFormat("%.6g", v);
-}
-
 // max |x| relative to fp16's limit: "82%", or "3.2x" / "1.1e+07x" past it.
 std::string OfLimit(double max_abs) {
   if (std::isinf(max_abs)) return "inf";
@@ -155,7 +149,28 @@ std::string StepRanges(const std::vector<int64_t>& steps) {
   return absl::StrJoin(parts, ", ");
 }
 
+// What an escalation's window caught: its first origin or input, else its
+// first warning.
+std::optional<FindingRow> FoundInWindow(const std::vector<FindingRow>& findings,
+                                        const EscalationRow& e) {
+  const FindingRow* warning = nullptr;
+  for (const FindingRow& f : findings) {
+    if (f.step < e.step || f.step > e.until_step) continue;
+    if (f.kind == "origin" || f.kind == "input") return f;
+    if (f.kind == "near_max" && warning == nullptr) warning = &f;
+  }
+  if (warning != nullptr) return *warning;
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::string FormatAbs(double v) {
+  if (std::isinf(v)) return "inf";
+  if (v >= 1e6 || (v > 0 && v < 1e-3)) return absl::StrFormat("%.3g", v);
+  return absl::StrFormat("%.6g", v);
+}
+
 
 RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
@@ -276,6 +291,19 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (absl::SimpleAtoi(it->second, &n)) s.bf16_switches += n;
     }
     if (s.nanhunt_skips.empty()) s.nanhunt_skips = t.skips;  // ranks agree
+    if (auto it = t.meta.find("op_sampling"); it != t.meta.end()) {
+      if (s.op_sampling.empty() || it->second == "torch") s.op_sampling = it->second;
+      int64_t n = 0;
+      if (auto c = t.meta.find("op_calls_checked");
+          c != t.meta.end() && absl::SimpleAtoi(c->second, &n)) {
+        s.op_calls_checked += n;
+      }
+    }
+    if (s.escalations.empty()) {
+      for (const EscalationRow& e : t.escalations) {
+        s.escalations.push_back({e, FoundInWindow(t.findings, e)});
+      }
+    }
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
@@ -533,6 +561,33 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                       Fit(absl::StrJoin(by, ", "), w - 36), "\n");
     }
   }
+  if (!s.op_sampling.empty()) {
+    absl::StrAppend(&out, "\n", bold, "SAMPLE MODE", reset, "  ",
+                    s.op_sampling == "torch" ? "op calls sampled by torch"
+                                             : "op calls sampled by hash",
+                    ", ", s.op_calls_checked, " checked; ", s.escalations.size(),
+                    s.escalations.size() == 1 ? " escalation" : " escalations",
+                    s.escalations.empty() ? "" : " to every op", "\n");
+    constexpr size_t kShown = 8;
+    for (size_t i = 0; i < s.escalations.size() && i < kShown; ++i) {
+      const RunSummary::Escalation& e = s.escalations[i];
+      std::string found = "nothing";
+      if (e.found) {
+        found = absl::StrCat(e.found->kind == "near_max" ? "warning" : e.found->kind, " ",
+                             OpLabel(*e.found), ", ", e.found->phase, ", step ",
+                             e.found->step);
+      }
+      absl::StrAppend(&out, absl::StrFormat("  step %-7d ", e.row.step),
+                      Fit(absl::StrCat(e.row.why, "; every op through step ",
+                                       e.row.until_step),
+                          w - 16),
+                      "\n               found: ", Fit(found, w - 23), "\n");
+    }
+    if (s.escalations.size() > kShown) {
+      absl::StrAppend(&out, "  ... ", s.escalations.size() - kShown,
+                      " more (nanhunt view --json)\n");
+    }
+  }
   absl::StrAppend(&out, "\n", bold, "STEPS", reset, "  ", StepStrip(s, w - 9),
                   "\n         . finite   ! non-finite values   s step skipped\n"
                   "  with non-finite values: ",
@@ -688,6 +743,35 @@ std::string RenderJson(const RunSummary& s) {
   }
   j.EndArray();
   j.EndObject();
+  j.Key("sample_mode");
+  if (s.op_sampling.empty()) {
+    j.Null();
+  } else {
+    j.BeginObject();
+    j.Key("op_sampling").String(s.op_sampling);
+    j.Key("op_calls_checked").Int(s.op_calls_checked);
+    j.Key("escalations").BeginArray();
+    for (const RunSummary::Escalation& e : s.escalations) {
+      j.BeginObject();
+      j.Key("step").Int(e.row.step);
+      j.Key("until_step").Int(e.row.until_step);
+      j.Key("why").String(e.row.why);
+      j.Key("found");
+      if (e.found) {
+        j.BeginObject();
+        j.Key("kind").String(e.found->kind);
+        j.Key("op").String(e.found->op);
+        j.Key("phase").String(e.found->phase);
+        j.Key("step").Int(e.found->step);
+        j.EndObject();
+      } else {
+        j.Null();
+      }
+      j.EndObject();
+    }
+    j.EndArray();
+    j.EndObject();
+  }
   j.Key("skipped_fraction");
   if (s.loss_scale.empty()) {
     j.Null();

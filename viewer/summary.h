@@ -45,11 +45,24 @@ struct RunSummary {
   std::string fp32_policy;                // where auto wrote them
   int64_t bf16_switches = 0;              // autocast regions run in bf16
   std::vector<SkipRow> nanhunt_skips;     // NANHUNT_SKIP_NONFINITE_STEPS
+  // NANHUNT_MODE=sample: how op calls were sampled ("torch", "hash"; empty
+  // in check mode), how many were checked, and each escalation with the
+  // first thing its window found (an origin or input, else a warning).
+  std::string op_sampling;
+  int64_t op_calls_checked = 0;
+  struct Escalation {
+    EscalationRow row;
+    std::optional<FindingRow> found;
+  };
+  std::vector<Escalation> escalations;  // of the first trace that has any
   int64_t steps = 0, origins = 0, inputs = 0, propagated = 0, received = 0;
   std::vector<std::string> problems;   // "<trace>: <problem>"
 };
 
 RunSummary Summarise(const std::vector<Trace>& traces);
+
+// A max |x| as the viewer prints it: "inf", "72442", "1.1e+07".
+std::string FormatAbs(double v);
 
 // Text for a terminal `width` columns wide; ANSI colour when `color`.
 std::string RenderText(const RunSummary& s, int width, bool color);

@@ -291,6 +291,19 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           },
           t.problems);
   }
+  if (HasTable(db, "escalations", t.problems)) {  // schema 5 and later
+    Query(db, "escalations",
+          "SELECT step, until_step, why, time FROM escalations ORDER BY rowid",
+          [&](sqlite3_stmt* s) {
+            EscalationRow r;
+            r.step = sqlite3_column_int64(s, 0);
+            r.until_step = sqlite3_column_int64(s, 1);
+            r.why = Text(s, 2);
+            r.time = sqlite3_column_double(s, 3);
+            t.escalations.push_back(std::move(r));
+          },
+          t.problems);
+  }
   progress.reset();
   sqlite3_close(db);
   if (t.meta.empty() && !t.problems.empty()) {

@@ -24,10 +24,12 @@
 #include "absl/synchronization/mutex.h"
 #include "core/budget.h"
 #include "core/op_policy.h"
+#include "core/sampler.h"
 #include "interpose/torch/device_outputs.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/fp32_fallback.h"
 #include "interpose/torch/nvml_gpus.h"
+#include "interpose/torch/observers.h"
 #include "interpose/torch/op_check.h"
 #include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
@@ -159,7 +161,16 @@ void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
   std::abort();
 }
 
-void EscalateSampling(Session& session, const std::string& why);
+void EscalateSampling(Session& session, const std::string& why, int64_t step = -1);
+
+// A checked op's verdict in sample mode: non-finite values, or a jump in
+// the op's headroom (the monitor warns when its max |x| grows), escalate.
+void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict) {
+  if (verdict == Verdict::kClean || session.sampler() == nullptr) return;
+  EscalateSampling(session, absl::StrCat(op, verdict == Verdict::kWarned
+                                                 ? " came near the limit"
+                                                 : " had non-finite values"));
+}
 
 // A GPU op's verdict, on the drain thread: the NaN guard stops training
 // (no snapshot: the op's inputs are gone by the time its result arrives),
@@ -167,11 +178,7 @@ void EscalateSampling(Session& session, const std::string& why);
 void OnLateVerdict(const LateOp& op, Verdict verdict) {
   Session* session = Session::Get();
   if (session == nullptr) return;
-  if (verdict != Verdict::kClean && session->sampler() != nullptr) {
-    EscalateSampling(*session, absl::StrCat(op.op, verdict == Verdict::kWarned
-                                                       ? " came near the limit"
-                                                       : " had non-finite values"));
-  }
+  EscalateOnVerdict(*session, op.op, verdict);
   LiveSettings& live = session->live();
   bool fp16 = false;
   for (const TensorFacts& t : op.outputs) fp16 |= t.format == Format::kF16;
@@ -255,22 +262,28 @@ except Exception as e:
   }
 }
 
-// NANHUNT_MODE=sample: something was seen; check every op for a while.
-void EscalateSampling(Session& session, const std::string& why) {
+// NANHUNT_MODE=sample: something was seen at `step` (-1: the current
+// step); check every op for a while.
+void EscalateSampling(Session& session, const std::string& why, int64_t step) {
   Sampler* sampler = session.sampler();
   if (sampler == nullptr) return;
-  const int64_t step = session.monitor().step();
-  if (!sampler->Escalate(step)) return;
+  if (step < 0) step = session.monitor().step();
+  const bool new_window = sampler->Escalate(step);
+  ObserveEveryOp(true);  // also when an open window was only extended
+  if (!new_window) return;
   const std::string detail = absl::StrCat(
       why, " at step ", step, ": every op checked through step ",
       sampler->escalated_until());
   session.writer().Add(EventRow{static_cast<double>(std::time(nullptr)),
                                 "escalated", detail});
+  session.writer().Add(EscalationRow{step, sampler->escalated_until(), why,
+                                     static_cast<double>(std::time(nullptr))});
   if (!session.config().quiet) fprintf(stderr, "nanhunt: sample mode: %s\n", detail.c_str());
 }
 
 std::atomic<int64_t> g_calls_seen{0};
 std::atomic<int64_t> g_calls_checked{0};
+std::atomic<bool> g_torch_sampled{false};  // torch sampled op calls at some point
 
 // NANHUNT_BUDGET: time spent in checks since the last step, and the step's
 // start; the controller is set at start when a budget is configured.
@@ -295,6 +308,7 @@ void SpendBudget(Session& session) {
   const double rate = sampler->op_fraction();
   if (auto next = g_budget->OnStep(now - started, spent, rate)) {
     sampler->set_op_fraction(*next);
+    SetSampledShare(*next);
     session.writer().Add(EventRow{
         static_cast<double>(std::time(nullptr)), "sample_rate",
         absl::StrFormat("step %d: checks took %.2f%% of the step at %.4g of op calls; "
@@ -305,11 +319,41 @@ void SpendBudget(Session& session) {
   }
 }
 
+// Interventions that act on every op call (fp32 ops, autocast dtype) need
+// every op observed.
+bool NeedsEveryOp(Session& session) {
+  LiveSettings& live = session.live();
+  if (live.autocast_bf16.load() || live.fp32_auto.load()) return true;
+  absl::MutexLock lock(&live.mu);
+  return !live.fp32_ops.empty();
+}
+
+// Sample mode, at each step's end: every op observed while escalated, in a
+// fully checked step, or for interventions; otherwise torch samples op
+// calls, from a seed made of (NANHUNT_SAMPLE_SEED, step) (observers.h).
+// Processes without optimizer records (C++ optimizers) never come here and
+// keep observing every op, sampled by core/sampler.h's hash.
+void UpdateObservation(Session& session) {
+  Sampler* sampler = session.sampler();
+  if (sampler == nullptr) return;
+  const int64_t step = session.monitor().step();
+  const bool every = sampler->FullStep(step) || NeedsEveryOp(session);
+  ObserveEveryOp(every);
+  if (every) return;
+  g_torch_sampled.store(true);
+  ReseedSampling(Mix(static_cast<uint64_t>(session.config().sample_seed) ^
+                     Mix(static_cast<uint64_t>(step))));
+}
+
 // Sample mode: whether this op call is checked (core/sampler.h). Calls are
 // numbered per thread within each step.
 bool Sampled(Session& session, const char* name) {
   Sampler* sampler = session.sampler();
   if (sampler == nullptr) return true;
+  if (!ObservingEveryOp()) {  // this call reached us because torch sampled it
+    g_calls_checked.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   thread_local int64_t t_step = -1, t_call = 0;
   const int64_t step = session.monitor().step();
   if (step != t_step) {
@@ -317,6 +361,8 @@ bool Sampled(Session& session, const char* name) {
     t_call = 0;
   }
   g_calls_seen.fetch_add(1, std::memory_order_relaxed);
+  // GradScaler's update ends an iteration the optimizer skipped: always seen.
+  if (strcmp(name, kScalerUpdate) == 0) return true;
   if (!sampler->ShouldCheck(step, name, t_call++)) return false;
   g_calls_checked.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -390,7 +436,15 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   const OpTraits& traits = TraitsOf(fn);
   if (strcmp(frame.name, kScalerUpdate) == 0) {
     if (auto update = ReadScalerUpdate(frame.inputs)) {
-      Session::Get()->monitor().OnScalerUpdate(update->scale, update->found_inf);
+      Monitor& monitor = Session::Get()->monitor();
+      const int64_t step = monitor.step();
+      monitor.OnScalerUpdate(update->scale, update->found_inf);
+      // A skip ends its iteration here unless step_guard.py reported it.
+      if (update->found_inf && monitor.step() != step) {
+        EscalateSampling(*Session::Get(),
+                         "GradScaler skipped the optimizer step (gradients not finite)",
+                         step);
+      }
     }
   }
   // A view computes nothing: its output is memory an earlier op produced.
@@ -485,11 +539,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                          traits,
                          monitor.limits(), *g_torch_dir);
   const Verdict verdict = monitor.OnOp(event, context);
-  if (verdict != Verdict::kClean && session->sampler() != nullptr) {
-    EscalateSampling(*session, absl::StrCat(frame.name, verdict == Verdict::kWarned
-                                                            ? " came near the limit"
-                                                            : " had non-finite values"));
-  }
+  EscalateOnVerdict(*session, frame.name, verdict);
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) &&
       session->live().fp32_auto.load(std::memory_order_relaxed) &&
       HasFp16Output(ts.output_facts)) {
@@ -625,6 +675,7 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
           --ts.optimizer_depth;
           Session::Get()->monitor().OnOptimizerStepEnd();
           SpendBudget(*Session::Get());
+          UpdateObservation(*Session::Get());
           break;
         case FrameKind::kOp: {
           const int64_t t0 = g_budget != nullptr ? NowNs() : 0;
@@ -688,6 +739,23 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_step_skipped() {
     }
   } catch (...) {
     ReportInternalError("step skip", "unknown exception");
+  }
+}
+
+// Called by step_guard.py in sample mode when GradScaler skipped the
+// optimizer step (its gradients were not finite): that iteration has no
+// optimizer record to end it, and when torch samples op calls its scale
+// update may not be seen either.
+extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_step() {
+  using namespace nanhunt;
+  try {
+    Session* session = Session::Get();
+    if (session == nullptr || !MonitoringActive()) return;
+    EscalateSampling(*session, "GradScaler skipped the optimizer step (gradients not finite)");
+    session->monitor().OnOptimizerStepEnd();
+    UpdateObservation(*session);
+  } catch (...) {
+    ReportInternalError("scaler skip", "unknown exception");
   }
 }
 
@@ -762,7 +830,11 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       Session* session = Session::Get();
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
       if (session->sampler() != nullptr) {
-        w.PutMeta("op_calls_seen", absl::StrCat(g_calls_seen.load()));
+        // Calls torch left unsampled never reach nanhunt: no count of them.
+        if (!g_torch_sampled.load()) {
+          w.PutMeta("op_calls_seen", absl::StrCat(g_calls_seen.load()));
+        }
+        w.PutMeta("op_sampling", g_torch_sampled.load() ? "torch" : "hash");
         w.PutMeta("op_calls_checked", absl::StrCat(g_calls_checked.load()));
         w.PutMeta("sample_ops_final", absl::StrCat(session->sampler()->op_fraction()));
       }
@@ -800,13 +872,10 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
     // The torch package directory: frames under it are not the user's code.
     std::string lib_dir = TorchLibraryDir();
     g_torch_dir = new std::string(lib_dir.substr(0, lib_dir.rfind('/')));
-    at::addGlobalCallback(
-        at::RecordFunctionCallback(OnStart, OnEnd)
-            .needsInputs(true)
-            .needsOutputs(true)
-            .scopes({at::RecordScope::FUNCTION,
-                     at::RecordScope::BACKWARD_FUNCTION,
-                     at::RecordScope::USER_SCOPE}));
+    InstallObservers(OnStart, OnEnd, (*session)->sampler() != nullptr,
+                     (*session)->sampler() != nullptr
+                         ? (*session)->sampler()->op_fraction()
+                         : 0);
     return 0;
   } catch (const std::exception& e) {
     fprintf(stderr, "nanhunt: cannot start (%s); monitoring is off.\n",

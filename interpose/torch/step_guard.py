@@ -1,7 +1,8 @@
 """NANHUNT_SKIP_NONFINITE_STEPS: an optimizer step whose gradients are not
 all finite does not update anything, the way GradScaler skips a step.
 NANHUNT_MODE=sample: the same gradient check is the sentinel that tells
-nanhunt to check every op for a while.
+nanhunt to check every op for a while; and an iteration whose optimizer step
+GradScaler skipped, which has no optimizer record to end it, is reported.
 
 Loaded by libnanhunt_torch.so into the monitored process at its first
 optimizer step. torch.optim's optimizers skip every parameter whose .grad is
@@ -14,7 +15,7 @@ Under DDP the gradients are all-reduced before the step, so every rank sees
 the same values and takes the same decision.
 """
 import ctypes
-import sys
+import functools
 
 import torch
 from torch.optim.optimizer import (
@@ -26,6 +27,7 @@ _lib = None
 _skip = False
 _sentinel = False
 _held = {}  # id(optimizer) -> [(parameter, gradient)] held back this step
+_optimizer_steps = 0  # optimizer.step() calls so far
 
 
 def _gradients(optimizer):
@@ -37,23 +39,34 @@ def _gradients(optimizer):
     ]
 
 
+def _norms_finite(tensors, ord, dtype):
+    return bool(torch.stack(torch._foreach_norm(tensors, ord, dtype=dtype)).isfinite().all())
+
+
 def _all_finite(grads):
-    # One max-norm per gradient (a NaN or inf survives the max), computed
-    # per device and dtype in one foreach call, and one host read per
-    # device: the read waits for the backward pass, as GradScaler's does.
+    # A NaN or inf in a tensor makes its 2-norm NaN or inf. The 2-norm is
+    # the fast foreach kernel (the max-norm is eight times slower on the
+    # CPU: 1.4 ms against 0.17 for a 650k-parameter model), computed in
+    # fp32 or wider so that fp16 gradients do not overflow it; only when a
+    # norm is not finite does the exact max-norm decide (finite values so
+    # large that their squares overflow). One host read per device and
+    # dtype: the read waits for the backward pass, as GradScaler's does.
     groups = {}
     for _, g in grads:
         values = g.coalesce().values() if g.is_sparse else g
         groups.setdefault((values.device, values.dtype), []).append(values)
     with torch.no_grad():
-        for tensors in groups.values():
-            norms = torch._foreach_norm(tensors, float("inf"))
-            if not bool(torch.stack(norms).isfinite().all()):
+        for (_, dtype), tensors in groups.items():
+            wide = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+            if not _norms_finite(tensors, 2, wide) and \
+                    not _norms_finite(tensors, float("inf"), None):
                 return False
     return True
 
 
 def _before_step(optimizer, args, kwargs):
+    global _optimizer_steps
+    _optimizer_steps += 1
     # A GradScaler hands fused optimizers its own found_inf and decides;
     # for the others it does not call step() at all on a bad step.
     if "found_inf" in kwargs or "grad_scale" in kwargs:
@@ -82,6 +95,26 @@ def _after_step(optimizer, args, kwargs):
         p.grad = g
 
 
+def _watch_grad_scaler():
+    # GradScaler.step decides on the host (it has read found_inf already) and
+    # does not call optimizer.step() on a bad step: noticing that reads no
+    # tensor and adds no sync.
+    scaler = getattr(torch.amp, "GradScaler", None)
+    if scaler is None:
+        return
+    original = scaler.step
+
+    @functools.wraps(original)
+    def step(self, optimizer, *args, **kwargs):
+        before = _optimizer_steps
+        result = original(self, optimizer, *args, **kwargs)
+        if _optimizer_steps == before and self.is_enabled():
+            _lib.nanhunt_scaler_skipped_step()
+        return result
+
+    scaler.step = step
+
+
 def install(library_path, skip, sentinel):
     global _lib, _skip, _sentinel
     _lib = ctypes.CDLL(library_path)
@@ -90,3 +123,5 @@ def install(library_path, skip, sentinel):
     _skip, _sentinel = skip == "1", sentinel == "1"
     register_optimizer_step_pre_hook(_before_step)
     register_optimizer_step_post_hook(_after_step)
+    if _sentinel:
+        _watch_grad_scaler()

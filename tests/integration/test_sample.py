@@ -4,7 +4,7 @@ but the sentinel escalates to every-op checking, and the next occurrence is
 caught at its origin op, with its line."""
 import sqlite3
 
-from conftest import PYTHON, SCRIPTS, preload_run, view_json
+from conftest import NANHUNT, PYTHON, SCRIPTS, preload_run, run, view_json
 
 SCRIPT = SCRIPTS / "recurring_overflow.py"
 SAMPLE = dict(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01", NANHUNT_SAMPLE_STEPS="0",
@@ -19,7 +19,8 @@ def test_a_recurring_overflow_is_localised_within_the_escalation_window(out):
     (escalation,) = db.execute(
         "SELECT detail FROM events WHERE kind = 'escalated' ORDER BY time").fetchone()
     assert escalation.startswith("gradients not finite (sentinel) at step 5"), escalation
-    first = view_json(out)["first_origin"]
+    report = view_json(out)
+    first = report["first_origin"]
     assert first["kind"] == "origin" and first["op"] == "aten::addmm", first
     assert 5 <= first["step"] <= 25, first  # the next burst, inside the window
     assert "recurring_overflow.py:18" in first["source"]
@@ -27,9 +28,19 @@ def test_a_recurring_overflow_is_localised_within_the_escalation_window(out):
     (before,) = db.execute("SELECT SUM(calls) FROM op_stats WHERE step < 5").fetchone()
     (after,) = db.execute("SELECT SUM(calls) FROM op_stats WHERE step = 6").fetchone()
     assert (before or 0) * 10 < after, (before, after)
-    seen, checked = (int(db.execute("SELECT value FROM meta WHERE key = ?", (k,)).fetchone()[0])
-                     for k in ("op_calls_seen", "op_calls_checked"))
-    assert 0 < checked < seen
+    meta = dict(db.execute("SELECT key, value FROM meta"))
+    # Between escalations torch sampled the op calls (the unsampled ones
+    # never reached nanhunt, so there is no count of them).
+    assert meta["op_sampling"] == "torch" and "op_calls_seen" not in meta, meta
+    assert int(meta["op_calls_checked"]) > 0
+    # The view lists each escalation with what its window caught.
+    [window] = report["sample_mode"]["escalations"]
+    assert (window["step"], window["until_step"]) == (5, 25), window
+    assert window["found"] == {"kind": "origin", "op": "aten::addmm", "phase": "forward",
+                               "step": first["step"]}, window
+    text = run([NANHUNT, "view", str(out)]).stdout
+    assert "SAMPLE MODE  op calls sampled by torch" in text, text
+    assert "found: origin aten::addmm" in text, text
 
 
 def test_sampling_is_the_same_in_two_runs(tmp_path):
@@ -57,3 +68,29 @@ def test_a_budget_lowers_the_share_of_ops_checked(out):
     assert changes and "checks took" in changes[0], changes[:3]
     (final,) = db.execute("SELECT value FROM meta WHERE key = 'sample_ops_final'").fetchone()
     assert float(final) < 0.5, final
+
+
+def test_steps_gradscaler_skipped_are_counted_and_escalate(out):
+    # A skipped iteration has no optimizer record, and while torch samples
+    # op calls the scale update is not seen either: the step must still end
+    # there, and a skip is a non-finite sign to escalate on. Backward ops sit
+    # near fp16's limit every step under GradScaler: only an op's first
+    # warning escalates, or sample mode would never sample.
+    r = preload_run([PYTHON, SCRIPTS / "gradscaler_training.py"], out,
+                    NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
+                    NANHUNT_SAMPLE_STEPS="0", NANHUNT_ESCALATE_STEPS="1")
+    assert r.returncode == 0, r.stderr
+    [trace] = out.glob("*.sqlite")
+    db = sqlite3.connect(trace)
+    escalations = [d for (d,) in db.execute(
+        "SELECT detail FROM events WHERE kind = 'escalated' ORDER BY rowid")]
+    # Step 0 skips, step 1 warns for the first time, step 2's planted inf
+    # and skip fall in the open window; step 5's skip comes in a sampled step.
+    assert [e.split(": ")[0] for e in escalations] == [
+        f"GradScaler skipped the optimizer step (gradients not finite) at step {s}"
+        for s in (0, 5)], escalations
+    calls = dict(db.execute("SELECT step, SUM(calls) FROM op_stats GROUP BY step"))
+    assert calls.get(4, 0) * 10 < calls[3], calls  # step 4 was sampled
+    report = view_json(out)
+    assert report["steps"] == 8
+    assert dict(db.execute("SELECT key, value FROM meta"))["op_sampling"] == "torch"
