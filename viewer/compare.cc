@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check_limits.h"
 #include "viewer/json_writer.h"
+#include "viewer/summary.h"
 
 namespace nanhunt {
 namespace {
@@ -87,12 +88,6 @@ void Lookup(const std::vector<Trace>& traces, const OutOfRange& r,
   }
 }
 
-std::string Abs(double v) {
-  if (std::isinf(v)) return "inf";
-  if (v >= 1e6 || (v > 0 && v < 1e-3)) return absl::StrFormat("%.3g", v);
-  return absl::StrFormat("%.6g", v);
-}
-
 std::string Command(const std::vector<Trace>& traces) {
   for (const Trace& t : traces) {
     if (auto it = t.meta.find("command"); it != t.meta.end()) return it->second;
@@ -155,10 +150,10 @@ std::string RenderComparisonText(const Comparison& c, int width) {
     }
     const OutOfRange& r = **first;
     absl::StrAppend(&out, "  ", name, ": ", Label(r), "  ", r.phase, "  step ",
-                    r.step, "  max|x| ", Abs(r.max_abs), " (", r.dtype, ")\n");
+                    r.step, "  max|x| ", FormatAbs(r.max_abs), " (", r.dtype, ")\n");
     if (r.other_max_abs) {
       absl::StrAppend(&out, "     the other run, same op and step: max|x| ",
-                      Abs(*r.other_max_abs), " (", r.other_dtype, ")",
+                      FormatAbs(*r.other_max_abs), " (", r.other_dtype, ")",
                       std::isfinite(*r.other_max_abs) && *r.other_max_abs >= kFp16Max
                           ? absl::StrFormat(": %.2fx fp16's limit, so fp16 "
                                             "cannot hold it",
@@ -185,8 +180,8 @@ std::string RenderComparisonText(const Comparison& c, int width) {
     }
     absl::StrAppend(&out, absl::StrFormat("  %-32s %-9s %10s %10s %8s %9d %9d\n",
                                           fit(r.op, 32), r.phase,
-                                          r.in_a ? Abs(r.a_max_abs) : "-",
-                                          r.in_b ? Abs(r.b_max_abs) : "-", ratio,
+                                          r.in_a ? FormatAbs(r.a_max_abs) : "-",
+                                          r.in_b ? FormatAbs(r.b_max_abs) : "-", ratio,
                                           r.a_nonfinite, r.b_nonfinite));
   }
   return out;

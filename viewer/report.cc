@@ -30,7 +30,7 @@ std::string ScriptSafe(const std::string& text) {
   return absl::StrReplaceAll(text, {{"</", "<\\/"}});
 }
 
-void WriteSeries(const RunSummary& s, const std::vector<Trace>& traces, JsonWriter& j) {
+void WriteSeries(const std::vector<Trace>& traces, JsonWriter& j) {
   // The ops (per phase) closest to the limit, those with fp16 outputs
   // first: those are the ones that can overflow as they run.
   std::map<std::pair<std::string, std::string>, std::pair<bool, double>> rank;
@@ -47,7 +47,6 @@ void WriteSeries(const RunSummary& s, const std::vector<Trace>& traces, JsonWrit
     return rank[a] > rank[b];
   });
   if (followed.size() > kChartedOps) followed.resize(kChartedOps);
-  (void)s;
   int64_t last_step = 0;
   for (const Trace& t : traces) {
     for (const OpStep& o : t.op_steps) last_step = std::max(last_step, o.step);
@@ -111,7 +110,7 @@ std::string RenderReport(const RunSummary& summary, const std::vector<Trace>& tr
   extra.Key("command").BeginArray();
   for (const auto& c : summary.commands) extra.String(c);
   extra.EndArray();
-  WriteSeries(summary, traces, extra);
+  WriteSeries(traces, extra);
   extra.EndObject();
   absl::StrAppend(&data, ",", extra.str().substr(1));
   return absl::StrReplaceAll(kTemplate, {{"/*NANHUNT_DATA*/", ScriptSafe(data)},

@@ -78,7 +78,7 @@ struct CachedCheck {
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;
   int64_t numel = 0;
   at::ScalarType dtype = at::kFloat;
-  uint32_t version = 0;
+  int64_t version = 0;  // the version counter is 32 bits in older torch
   CheckCounts counts;
 };
 // Keyed by data pointer, so the newest result for a piece of memory

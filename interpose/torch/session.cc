@@ -187,17 +187,19 @@ bool MonitoringActive() {
 
 Session* Session::Get() { return g_session.load(std::memory_order_acquire); }
 
+void LiveSettings::Set(const Config& config) {
+  on_nonfinite = config.on_nonfinite;
+  autocast_bf16 = config.autocast_bf16;
+  fp32_auto = config.fp32_auto;
+  skip_nonfinite_steps = config.skip_nonfinite_steps;
+  absl::MutexLock lock(&mu);
+  snapshot_dir = config.snapshot_dir;
+  fp32_ops = config.fp32_ops;
+}
+
 Session::Session(Config config, std::unique_ptr<TraceWriter> writer)
     : config_(std::move(config)), writer_(std::move(writer)) {
-  live_.on_nonfinite = config_.on_nonfinite;
-  live_.autocast_bf16 = config_.autocast_bf16;
-  live_.fp32_auto = config_.fp32_auto;
-  live_.skip_nonfinite_steps = config_.skip_nonfinite_steps;
-  {
-    absl::MutexLock lock(&live_.mu);
-    live_.snapshot_dir = config_.snapshot_dir;
-    live_.fp32_ops = config_.fp32_ops;
-  }
+  live_.Set(config_);
   absl::MutexLock lock(&reload_mu_);
   current_ = config_;
   monitor_ = std::make_unique<Monitor>(config_, writer_.get());
@@ -283,15 +285,7 @@ void Session::Reload(const char* why) {
   if (after.out_dir != before.out_dir) ignored.push_back("NANHUNT_OUT");
   if (after.mode != before.mode) ignored.push_back("NANHUNT_MODE");
   if (applied.empty() && ignored.empty()) return;
-  live_.on_nonfinite = after.on_nonfinite;
-  live_.autocast_bf16 = after.autocast_bf16;
-  live_.fp32_auto = after.fp32_auto;
-  live_.skip_nonfinite_steps = after.skip_nonfinite_steps;
-  {
-    absl::MutexLock live_lock(&live_.mu);
-    live_.snapshot_dir = after.snapshot_dir;
-    live_.fp32_ops = after.fp32_ops;
-  }
+  live_.Set(after);
   live_.generation.fetch_add(1);
   if (on_reload_) on_reload_(before, after);
   current_ = after;

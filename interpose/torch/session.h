@@ -29,6 +29,9 @@ struct LiveSettings {
   std::string snapshot_dir ABSL_GUARDED_BY(mu);
   std::vector<std::string> fp32_ops ABSL_GUARDED_BY(mu);
   std::atomic<uint64_t> generation{0};  // bumped on every applied reload
+
+  // Takes the live settings from `config` (at start, and on each reload).
+  void Set(const Config& config);
 };
 
 class Session {
