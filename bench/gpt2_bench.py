@@ -1,7 +1,8 @@
 """The GPU benchmark of the issue: a GPT-2-small-sized model, fp16 autocast,
-plain / nanhunt checking every op / set_detect_anomaly, interleaved over a
-few rounds, median step times (CUDA events) and ratios to plain. Target:
-every-op checking at most 1.15x plain. Run by scripts/gpu-check.sh;
+plain / nanhunt checking every op / nanhunt's sample mode (1% of ops) /
+set_detect_anomaly, interleaved over a few rounds, median step times (CUDA
+events) and ratios to plain. Targets: every-op checking at most 1.15x plain,
+sample mode at most 1.01x. Run by scripts/gpu-check.sh;
 `--device cpu --tiny` checks the script itself without a GPU."""
 import argparse
 import os
@@ -19,9 +20,12 @@ def run(mode, args, out):
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
     cmd = [sys.executable, str(ROOT / "bench" / "gpt2_step.py"), "--device", args.device,
            "--steps", str(args.steps)] + (["--tiny"] if args.tiny else [])
-    if mode == "nanhunt":
+    if mode in ("nanhunt", "sample"):
         env.update(LD_PRELOAD=str(Path(args.build) / "lib" / "libnanhunt.so"),
                    NANHUNT_OUT=out, NANHUNT_QUIET="1", NANHUNT_EXIT_SUMMARY="0")
+    if mode == "sample":
+        env.update(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
+                   NANHUNT_SAMPLE_STEPS="0")
     if mode == "anomaly":
         cmd.append("--anomaly")
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -38,7 +42,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--build", default=str(ROOT / "build"))
     args = p.parse_args()
-    modes = ["plain", "nanhunt", "anomaly"]
+    modes = ["plain", "nanhunt", "sample", "anomaly"]
     times = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(args.rounds):
@@ -49,6 +53,7 @@ def main():
     print(f"{size}, {args.device}, fp16 autocast, {args.steps} steps x {args.rounds} rounds")
     print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
     for m, label in [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
+                     ("sample", "nanhunt sample (1% of ops)"),
                      ("anomaly", "set_detect_anomaly(True)")]:
         print(f"{label:<28}{med[m]:>10.2f}{med[m] / med['plain']:>9.2f}x")
 

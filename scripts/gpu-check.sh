@@ -57,11 +57,32 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/demo-cuda-check.txt || true
 
-echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / anomaly"
+echo "== side streams and a second GPU (when there is one), under nanhunt"
+rm -rf "$build"/streams
+"$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
+  > "$build"/streams.log 2>&1 || true
+"$build"/bin/nanhunt view --json "$build"/streams > "$build"/streams.json || true
+("$python" - "$build"/streams.json "$build"/streams.log <<'PY'
+import json, sys
+log = open(sys.argv[2]).read()
+try:
+    o = json.load(open(sys.argv[1]))["first_origin"] or {}
+except Exception as e:
+    o = {"error": repr(e)}
+devices = next((l.split()[1] for l in log.splitlines() if l.startswith("devices ")), "?")
+ok = o.get("op") in ("aten::mm", "aten::matmul") and o.get("step") == 2 and "NOT checked" not in log
+print(f"streams, {devices} GPU(s): first origin {o.get('op')} step {o.get('step')}: "
+      f"{'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/streams-check.txt || tail -20 "$build"/streams.log
+
+echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / anomaly"
 "$python" bench/gpt2_bench.py --build "$build" --rounds 2 | tee "$build"/gpt2.txt
 
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -4 "$build"/bandwidth.txt
 cat "$build"/demo-cuda-check.txt
-tail -4 "$build"/gpt2.txt
+cat "$build"/streams-check.txt
+tail -5 "$build"/gpt2.txt
