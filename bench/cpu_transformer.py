@@ -12,9 +12,27 @@ import torch
 import torch.nn as nn
 
 
+def time_gradient_check(opt):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "interpose" / "torch" / "step_guard.py"
+    spec = importlib.util.spec_from_file_location("nanhunt_step_guard", path)
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    times = []
+    for _ in range(100):
+        start = time.perf_counter()
+        guard._all_finite(guard._gradients(opt))
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=["plain", "anomaly", "nanhunt", "sample"], required=True)
+    p.add_argument("--time-gradient-check", action="store_true",
+                   help="after training, time sample mode's per-step gradient "
+                        "check (step_guard.py) on this model's gradients")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     args = p.parse_args()
@@ -40,6 +58,8 @@ def main():
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
     print(f"{args.mode} {1000 * statistics.median(times):.3f} {args.steps}")
+    if args.time_gradient_check:
+        print(f"gradient_check_ms {time_gradient_check(opt):.3f}")
 
 
 if __name__ == "__main__":
