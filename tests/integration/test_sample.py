@@ -94,3 +94,23 @@ def test_steps_gradscaler_skipped_are_counted_and_escalate(out):
     report = view_json(out)
     assert report["steps"] == 8
     assert dict(db.execute("SELECT key, value FROM meta"))["op_sampling"] == "torch"
+
+
+def test_the_seed_decides_which_calls_torch_samples(tmp_path):
+    # Steps 1-4 run before the first escalation, with torch sampling the op
+    # calls from the reseeded generator: the same seed picks the same calls,
+    # another seed others.
+    def sampled(seed, run):
+        out = tmp_path / f"seed{seed}-{run}"
+        r = preload_run([PYTHON, SCRIPT], out, **{**SAMPLE, "NANHUNT_SAMPLE_OPS": "0.2",
+                                                  "NANHUNT_SAMPLE_SEED": str(seed)})
+        assert r.returncode == 0, r.stderr
+        [trace] = out.glob("*.sqlite")
+        db = sqlite3.connect(trace)
+        assert dict(db.execute("SELECT key, value FROM meta"))["op_sampling"] == "torch"
+        return db.execute("SELECT step, op, phase, calls FROM op_stats "
+                          "WHERE step BETWEEN 1 AND 4 ORDER BY 1, 2, 3").fetchall()
+    first = sampled(0, 0)
+    assert first, "nothing sampled in steps 1-4"
+    assert sampled(0, 1) == first
+    assert sampled(7, 0) != first
