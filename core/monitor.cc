@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"

@@ -6,7 +6,10 @@
 // checked steps (one in NANHUNT_SAMPLE_STEPS, chosen by hashing the step),
 // or (c) a hash of (seed, step, op name, its call number in the step) falls
 // under NANHUNT_SAMPLE_OPS. The hash is fixed (splitmix64), not
-// per-process, so ranks running the same code sample alike.
+// per-process, so ranks running the same code sample alike. (c) applies
+// where every op is observed; Python training loops between escalations
+// let torch sample op calls instead (interpose/torch/observers.h), and
+// use this class for (a), (b), the share and escalation.
 #pragma once
 
 #include <atomic>

@@ -171,7 +171,6 @@ std::string FormatAbs(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
-
 RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
   std::set<std::string> commands, dtypes, settings;

@@ -178,14 +178,12 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   Query(db, "meta", "SELECT key, value FROM meta",
         [&](sqlite3_stmt* s) { t.meta[Text(s, 0)] = Text(s, 1); }, t.problems);
   const bool has_kernels = HasColumn(db, "findings", "kernels");
-  Query(db, "findings",
-        has_kernels
-            ? "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
-              "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
-              "inputs,outputs,source,stack,thread,time,kernels FROM findings ORDER BY id"
-            : "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
-              "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
-              "inputs,outputs,source,stack,thread,time FROM findings ORDER BY id",
+  const std::string findings_sql = absl::StrCat(
+      "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
+      "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
+      "inputs,outputs,source,stack,thread,time",
+      has_kernels ? ",kernels" : "", " FROM findings ORDER BY id");
+  Query(db, "findings", findings_sql.c_str(),
         [&](sqlite3_stmt* s) { t.findings.push_back(ReadFinding(s)); },
         t.problems);
   Query(db, "op_stats",

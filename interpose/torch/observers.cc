@@ -86,11 +86,7 @@ bool ObservingEveryOp() { return Get().every_on.load(std::memory_order_relaxed);
 void SetSampledShare(double share) {
   Observers& o = Get();
   absl::MutexLock lock(&o.mu);
-  if (share == o.share) return;
   o.share = share > 1 ? 1 : share;
-  if (o.every_on.load()) return;
-  RemoveSampled(o);
-  AddSampled(o);
 }
 
 void ReseedSampling(uint64_t seed) {

@@ -35,7 +35,9 @@ void InstallObservers(ObserverStart start, ObserverEnd end, bool sample_mode,
 void ObserveEveryOp(bool every);
 bool ObservingEveryOp();
 
-// The share of op calls torch samples while not observing every op (0: none).
+// The share of op calls torch samples while not observing every op (0:
+// none), from the next ReseedSampling or ObserveEveryOp(false) on: both come
+// at every step's end, where the share changes.
 void SetSampledShare(double share);
 
 // Reseeds the calling thread's sampling with `seed` and makes every thread
