@@ -1,13 +1,16 @@
-// The check kernels. Every value goes through AccumulateValue<F> from
-// core/check_semantics.h, the function the CPU tests pin down.
+// The check kernels. Every value is counted as AccumulateValue<F>
+// (core/check_semantics.h) counts it: value by value, or lane-wise through
+// core/check_vector.h, which the CPU tests hold to the same counts.
 //
 // Shape of the dense kernel: 16-byte vector loads over the aligned body,
-// grid-stride; the unaligned head and the tail (fewer than one vector) are
-// done value by value; per-thread counts are reduced with warp shuffles,
-// then across warps in shared memory, then one set of atomics per block.
+// grid-stride, two vectors in flight per thread, each counted lane-wise;
+// the unaligned head and the tail (fewer than one vector) are done value by
+// value; per-thread counts are reduced with warp shuffles, then across warps
+// in shared memory, then one set of atomics per block.
 #include <cuda_runtime.h>
 
 #include "cupti/check_kernel.h"
+#include "core/check_vector.h"
 
 namespace nanhunt::gpu {
 namespace {
@@ -51,6 +54,43 @@ __device__ void BlockReduceAndPublish(CheckCounts c, CheckCounts* out) {
   atomicMax(&out->max_abs_bits, c.max_abs_bits);
 }
 
+// The body of the dense kernel for 8-, 16- and 32-bit formats: lane-wise
+// (core/check_vector.h), two vectors in flight per thread so that enough
+// loads are outstanding to cover HBM latency at the occupancy we get.
+template <Format F>
+__device__ __forceinline__ void CheckBody(const uint4* body, int64_t vectors,
+                                          int64_t tid, int64_t stride,
+                                          const Thresholds<typename FormatBits<F>::Bits>& t,
+                                          CheckCounts& c) {
+  const VectorThresholds vt = VectorThresholdsFor<F>(t);
+  VectorCounts v;
+  int64_t i = tid;
+  for (; i + stride < vectors; i += 2 * stride) {
+    const uint4 x = __ldg(body + i), y = __ldg(body + i + stride);
+    const uint32_t xw[4] = {x.x, x.y, x.z, x.w}, yw[4] = {y.x, y.y, y.z, y.w};
+    AccumulateVector<F>(xw, t, vt, v, c);
+    AccumulateVector<F>(yw, t, vt, v, c);
+  }
+  if (i < vectors) {
+    const uint4 x = __ldg(body + i);
+    const uint32_t xw[4] = {x.x, x.y, x.z, x.w};
+    AccumulateVector<F>(xw, t, vt, v, c);
+  }
+  FoldVectorCounts<F>(v, c);
+}
+
+// fp64: two values per vector, value by value.
+__device__ __forceinline__ void CheckBodyF64(const uint4* body, int64_t vectors,
+                                             int64_t tid, int64_t stride,
+                                             const Thresholds<uint64_t>& t,
+                                             CheckCounts& c) {
+  for (int64_t i = tid; i < vectors; i += stride) {
+    const uint4 x = __ldg(body + i);
+    AccumulateValue<Format::kF64>((static_cast<uint64_t>(x.y) << 32) | x.x, t, c);
+    AccumulateValue<Format::kF64>((static_cast<uint64_t>(x.w) << 32) | x.z, t, c);
+  }
+}
+
 template <Format F>
 __global__ void __launch_bounds__(kThreads)
     DenseCheck(const typename FormatBits<F>::Bits* data, int64_t count,
@@ -66,14 +106,10 @@ __global__ void __launch_bounds__(kThreads)
   // Body: whole 16-byte vectors.
   const int64_t vectors = (count - head) / kPerVector;
   const uint4* body = reinterpret_cast<const uint4*>(data + head);
-  for (int64_t v = tid; v < vectors; v += stride) {
-    union {
-      uint4 raw;
-      Bits values[kPerVector];
-    } u;
-    u.raw = __ldg(body + v);
-#pragma unroll
-    for (int k = 0; k < kPerVector; ++k) AccumulateValue<F>(u.values[k], t, c);
+  if constexpr (F == Format::kF64) {
+    CheckBodyF64(body, vectors, tid, stride, t, c);
+  } else {
+    CheckBody<F>(body, vectors, tid, stride, t, c);
   }
   // Tail: fewer values than one vector.
   const int64_t tail_start = head + vectors * kPerVector;

@@ -82,7 +82,7 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
-tail -4 "$build"/bandwidth.txt
+tail -n +2 "$build"/bandwidth.txt
 cat "$build"/demo-cuda-check.txt
 cat "$build"/streams-check.txt
 tail -5 "$build"/gpt2.txt
