@@ -57,8 +57,8 @@ class CheckRing {
   ~CheckRing();  // drains everything, then stops the thread
 
   // Enqueues one check. `enqueue_device` is called with the slot to use and
-  // enqueues, on `stream`, the zeroing of the slot, the check kernel and the
-  // copy of the result to host-visible memory. Returns false when that
+  // enqueues, on `stream`, the check that leaves its result in the slot's
+  // host-visible memory and marks the slot finished. Returns false when that
   // failed (nothing pending was added; the slot is free again).
   bool Enqueue(void* stream, std::shared_ptr<void> context,
                const std::function<bool(int slot)>& enqueue_device);

@@ -34,24 +34,48 @@ __device__ __forceinline__ void WarpReduce(CheckCounts& c) {
 }
 
 // Folds each thread's counts into `out` with one set of atomics per block.
-__device__ void BlockReduceAndPublish(CheckCounts c, CheckCounts* out) {
+// With a final copy, the last block to finish then moves the totals to the
+// host copy and leaves `out` and the block counter zeroed for the next use
+// (the threadfence reduction of the CUDA samples, with atomics for partials).
+__device__ void BlockReduceAndPublish(CheckCounts c, CheckCounts* out,
+                                      const FinalCopy& final_copy) {
   __shared__ CheckCounts warp_counts[kWarps];
   WarpReduce(c);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   if (lane == 0) warp_counts[warp] = c;
   __syncthreads();
-  if (warp != 0) return;
-  c = lane < kWarps ? warp_counts[lane] : CheckCounts{};
-  WarpReduce(c);
-  if (lane != 0 || c.elements == 0) return;
-  atomicAdd(&out->elements, c.elements);
-  if (c.nan) atomicAdd(&out->nan, c.nan);
-  if (c.posinf) atomicAdd(&out->posinf, c.posinf);
-  if (c.neginf) atomicAdd(&out->neginf, c.neginf);
-  if (c.near_max) atomicAdd(&out->near_max, c.near_max);
-  if (c.underflow) atomicAdd(&out->underflow, c.underflow);
-  if (c.fp16_overflow) atomicAdd(&out->fp16_overflow, c.fp16_overflow);
-  atomicMax(&out->max_abs_bits, c.max_abs_bits);
+  if (warp == 0) {
+    c = lane < kWarps ? warp_counts[lane] : CheckCounts{};
+    WarpReduce(c);
+    if (lane == 0 && c.elements != 0) {
+      atomicAdd(&out->elements, c.elements);
+      if (c.nan) atomicAdd(&out->nan, c.nan);
+      if (c.posinf) atomicAdd(&out->posinf, c.posinf);
+      if (c.neginf) atomicAdd(&out->neginf, c.neginf);
+      if (c.near_max) atomicAdd(&out->near_max, c.near_max);
+      if (c.underflow) atomicAdd(&out->underflow, c.underflow);
+      if (c.fp16_overflow) atomicAdd(&out->fp16_overflow, c.fp16_overflow);
+      atomicMax(&out->max_abs_bits, c.max_abs_bits);
+    }
+  }
+  // Thread 0 made this block's atomics; it alone reports the block done.
+  if (final_copy.host == nullptr || threadIdx.x != 0) return;
+  __threadfence();  // this block's atomics before its "done"
+  if (atomicAdd(final_copy.blocks_done, 1u) != gridDim.x - 1) return;
+  __threadfence();
+  // Read-and-zero through atomics: they see every block's atomics (L2), and
+  // the slot is clean for its next check.
+  CheckCounts total;
+  total.elements = atomicExch(&out->elements, 0ull);
+  total.nan = atomicExch(&out->nan, 0ull);
+  total.posinf = atomicExch(&out->posinf, 0ull);
+  total.neginf = atomicExch(&out->neginf, 0ull);
+  total.near_max = atomicExch(&out->near_max, 0ull);
+  total.underflow = atomicExch(&out->underflow, 0ull);
+  total.fp16_overflow = atomicExch(&out->fp16_overflow, 0ull);
+  total.max_abs_bits = atomicExch(&out->max_abs_bits, 0ull);
+  *final_copy.host = total;  // visible to the host once the kernel is done
+  atomicExch(final_copy.blocks_done, 0u);
 }
 
 // The body of the dense kernel for 8-, 16- and 32-bit formats: lane-wise
@@ -95,7 +119,7 @@ template <Format F>
 __global__ void __launch_bounds__(kThreads)
     DenseCheck(const typename FormatBits<F>::Bits* data, int64_t count,
                int64_t head, Thresholds<typename FormatBits<F>::Bits> t,
-               CheckCounts* out) {
+               CheckCounts* out, FinalCopy final_copy) {
   using Bits = typename FormatBits<F>::Bits;
   constexpr int kPerVector = 16 / sizeof(Bits);
   CheckCounts c;
@@ -116,14 +140,14 @@ __global__ void __launch_bounds__(kThreads)
   if (tail_start + tid < count) {
     AccumulateValue<F>(data[tail_start + tid], t, c);
   }
-  BlockReduceAndPublish(c, out);
+  BlockReduceAndPublish(c, out, final_copy);
 }
 
 template <Format F>
 __global__ void __launch_bounds__(kThreads)
     StridedCheck(const typename FormatBits<F>::Bits* data, int64_t count,
                  StridedLayout layout, Thresholds<typename FormatBits<F>::Bits> t,
-                 CheckCounts* out) {
+                 CheckCounts* out, FinalCopy final_copy) {
   CheckCounts c;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -135,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     AccumulateValue<F>(data[offset], t, c);
   }
-  BlockReduceAndPublish(c, out);
+  BlockReduceAndPublish(c, out, final_copy);
 }
 
 int BlocksFor(int64_t work) {
@@ -147,7 +171,8 @@ int BlocksFor(int64_t work) {
 
 template <Format F>
 int LaunchDense(const void* data, int64_t count, const CheckLimits& limits,
-                CheckCounts* result, cudaStream_t stream) {
+                CheckCounts* result, cudaStream_t stream,
+                const FinalCopy& final_copy) {
   using Bits = typename FormatBits<F>::Bits;
   constexpr int64_t kPerVector = 16 / sizeof(Bits);
   const auto* p = static_cast<const Bits*>(data);
@@ -157,51 +182,57 @@ int LaunchDense(const void* data, int64_t count, const CheckLimits& limits,
   // The head is done by the first `head` threads: at most kPerVector - 1.
   const int64_t work = (count - head) / kPerVector + kPerVector;
   DenseCheck<F><<<BlocksFor(work), kThreads, 0, stream>>>(
-      p, count, head, limits.For<F>(), result);
+      p, count, head, limits.For<F>(), result, final_copy);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <Format F>
 int LaunchStrided(const void* data, const StridedLayout& layout,
                   const CheckLimits& limits, CheckCounts* result,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const FinalCopy& final_copy) {
   using Bits = typename FormatBits<F>::Bits;
   int64_t count = 1;
   for (int d = 0; d < layout.dims; ++d) count *= layout.sizes[d];
-  if (count == 0) return 0;
+  if (count == 0 && final_copy.host == nullptr) return 0;
   StridedCheck<F><<<BlocksFor(count), kThreads, 0, stream>>>(
-      static_cast<const Bits*>(data), count, layout, limits.For<F>(), result);
+      static_cast<const Bits*>(data), count, layout, limits.For<F>(), result,
+      final_copy);
   return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace
 
 int LaunchCheck(Format format, const void* data, int64_t count,
-                const CheckLimits& limits, CheckCounts* result, void* stream) {
-  if (count <= 0) return 0;
+                const CheckLimits& limits, CheckCounts* result, void* stream,
+                const FinalCopy* final_copy) {
+  const FinalCopy copy = final_copy ? *final_copy : FinalCopy{};
+  if (count < 0) count = 0;
+  if (count == 0 && copy.host == nullptr) return 0;
   auto s = static_cast<cudaStream_t>(stream);
   switch (format) {
-    case Format::kF16: return LaunchDense<Format::kF16>(data, count, limits, result, s);
-    case Format::kBF16: return LaunchDense<Format::kBF16>(data, count, limits, result, s);
-    case Format::kF32: return LaunchDense<Format::kF32>(data, count, limits, result, s);
-    case Format::kF64: return LaunchDense<Format::kF64>(data, count, limits, result, s);
-    case Format::kF8E4M3FN: return LaunchDense<Format::kF8E4M3FN>(data, count, limits, result, s);
-    case Format::kF8E5M2: return LaunchDense<Format::kF8E5M2>(data, count, limits, result, s);
+    case Format::kF16: return LaunchDense<Format::kF16>(data, count, limits, result, s, copy);
+    case Format::kBF16: return LaunchDense<Format::kBF16>(data, count, limits, result, s, copy);
+    case Format::kF32: return LaunchDense<Format::kF32>(data, count, limits, result, s, copy);
+    case Format::kF64: return LaunchDense<Format::kF64>(data, count, limits, result, s, copy);
+    case Format::kF8E4M3FN: return LaunchDense<Format::kF8E4M3FN>(data, count, limits, result, s, copy);
+    case Format::kF8E5M2: return LaunchDense<Format::kF8E5M2>(data, count, limits, result, s, copy);
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
 int LaunchCheckStrided(Format format, const void* data,
                        const StridedLayout& layout, const CheckLimits& limits,
-                       CheckCounts* result, void* stream) {
+                       CheckCounts* result, void* stream,
+                       const FinalCopy* final_copy) {
+  const FinalCopy copy = final_copy ? *final_copy : FinalCopy{};
   auto s = static_cast<cudaStream_t>(stream);
   switch (format) {
-    case Format::kF16: return LaunchStrided<Format::kF16>(data, layout, limits, result, s);
-    case Format::kBF16: return LaunchStrided<Format::kBF16>(data, layout, limits, result, s);
-    case Format::kF32: return LaunchStrided<Format::kF32>(data, layout, limits, result, s);
-    case Format::kF64: return LaunchStrided<Format::kF64>(data, layout, limits, result, s);
-    case Format::kF8E4M3FN: return LaunchStrided<Format::kF8E4M3FN>(data, layout, limits, result, s);
-    case Format::kF8E5M2: return LaunchStrided<Format::kF8E5M2>(data, layout, limits, result, s);
+    case Format::kF16: return LaunchStrided<Format::kF16>(data, layout, limits, result, s, copy);
+    case Format::kBF16: return LaunchStrided<Format::kBF16>(data, layout, limits, result, s, copy);
+    case Format::kF32: return LaunchStrided<Format::kF32>(data, layout, limits, result, s, copy);
+    case Format::kF64: return LaunchStrided<Format::kF64>(data, layout, limits, result, s, copy);
+    case Format::kF8E4M3FN: return LaunchStrided<Format::kF8E4M3FN>(data, layout, limits, result, s, copy);
+    case Format::kF8E5M2: return LaunchStrided<Format::kF8E5M2>(data, layout, limits, result, s, copy);
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

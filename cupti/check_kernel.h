@@ -3,7 +3,8 @@
 // callers (streams are passed as void*).
 //
 // Contract: `result` is device memory holding one CheckCounts that the
-// kernel accumulates into (the caller zeroes it first, stream-ordered).
+// kernel accumulates into (zero before the launch: the caller zeroes it, or
+// the previous check's FinalCopy left it zeroed).
 // Nothing here synchronises the host with the device, and nothing traps on
 // the device: a finding is data, the CUDA context always survives.
 #pragma once
@@ -24,15 +25,27 @@ struct StridedLayout {
   int64_t strides[kMaxDims] = {};  // in elements
 };
 
+// Where the counts go when the kernel finishes the job itself, so that a
+// check costs the stream one kernel and nothing else (no memset before it,
+// no copy after it): the last block to finish copies the accumulated counts
+// to `host` and zeroes `result` and `blocks_done` for the slot's next check.
+struct FinalCopy {
+  unsigned int* blocks_done = nullptr;  // device memory, zero at launch
+  CheckCounts* host = nullptr;  // pinned host memory, as the device sees it
+};
+
 // Returns the CUDA error of the launch (0 on success) as an int, so that
-// callers need not include CUDA headers.
+// callers need not include CUDA headers. With `final_copy`, a kernel is
+// launched even for no values, so that `host` is always written.
 int LaunchCheck(Format format, const void* data, int64_t count,
-                const CheckLimits& limits, CheckCounts* result, void* stream);
+                const CheckLimits& limits, CheckCounts* result, void* stream,
+                const FinalCopy* final_copy = nullptr);
 
 // For tensors that are not one dense block (a slice of a larger tensor):
 // `data` points at element 0, `layout` gives sizes and strides.
 int LaunchCheckStrided(Format format, const void* data,
                        const StridedLayout& layout, const CheckLimits& limits,
-                       CheckCounts* result, void* stream);
+                       CheckCounts* result, void* stream,
+                       const FinalCopy* final_copy = nullptr);
 
 }  // namespace nanhunt::gpu

@@ -31,11 +31,33 @@ std::unique_ptr<CudaChecks> CudaChecks::Create(int device, int slots,
   if (!Ok(cudaSetDevice(device), "cudaSetDevice", error)) return nullptr;
   if (!Ok(cudaMalloc(&c->device_slots_, sizeof(CheckCounts) * slots),
           "cudaMalloc", error) ||
+      !Ok(cudaMalloc(&c->blocks_done_, sizeof(unsigned int) * slots),
+          "cudaMalloc", error) ||
       !Ok(cudaHostAlloc(reinterpret_cast<void**>(&c->host_slots_),
-                        sizeof(CheckCounts) * slots, cudaHostAllocDefault),
-          "cudaHostAlloc", error)) {
+                        sizeof(CheckCounts) * slots,
+                        cudaHostAllocMapped | cudaHostAllocPortable),
+          "cudaHostAlloc", error) ||
+      !Ok(cudaHostGetDevicePointer(reinterpret_cast<void**>(&c->host_slots_on_device_),
+                                   c->host_slots_, 0),
+          "cudaHostGetDevicePointer", error)) {
     return nullptr;
   }
+  // Slots start zeroed, and must be before any check uses one, whatever
+  // stream it runs on: zero them on a private stream and wait for that
+  // alone (not for the device, whose queues hold the training's work).
+  cudaStream_t zeroing;
+  if (!Ok(cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking),
+          "cudaStreamCreate", error)) {
+    return nullptr;
+  }
+  const bool zeroed =
+      Ok(cudaMemsetAsync(c->device_slots_, 0, sizeof(CheckCounts) * slots, zeroing),
+         "cudaMemsetAsync", error) &&
+      Ok(cudaMemsetAsync(c->blocks_done_, 0, sizeof(unsigned int) * slots, zeroing),
+         "cudaMemsetAsync", error) &&
+      Ok(cudaStreamSynchronize(zeroing), "cudaStreamSynchronize", error);
+  cudaStreamDestroy(zeroing);
+  if (!zeroed) return nullptr;
   c->events_ = new void*[slots]();
   for (int i = 0; i < slots; ++i) {
     cudaEvent_t e;
@@ -56,6 +78,7 @@ CudaChecks::~CudaChecks() {
     delete[] events_;
   }
   cudaFreeHost(host_slots_);
+  cudaFree(blocks_done_);
   cudaFree(device_slots_);
 }
 
@@ -72,21 +95,19 @@ bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
     return false;
   }
   CheckCounts* d = device_slots_ + slot;
-  if (!Ok(cudaMemsetAsync(d, 0, sizeof(CheckCounts), s), "cudaMemsetAsync", error)) {
-    return false;
-  }
+  FinalCopy final_copy;
+  final_copy.blocks_done = blocks_done_ + slot;
+  final_copy.host = host_slots_on_device_ + slot;
   const int launch =
       tensor.dense
-          ? LaunchCheck(tensor.format, tensor.data, tensor.count, limits, d, s)
+          ? LaunchCheck(tensor.format, tensor.data, tensor.count, limits, d, s,
+                        &final_copy)
           : LaunchCheckStrided(tensor.format, tensor.data, tensor.layout, limits,
-                               d, s);
+                               d, s, &final_copy);
   if (!Ok(static_cast<cudaError_t>(launch), "check kernel launch", error)) {
     return false;
   }
-  return Ok(cudaMemcpyAsync(host_slots_ + slot, d, sizeof(CheckCounts),
-                            cudaMemcpyDeviceToHost, s),
-            "cudaMemcpyAsync", error) &&
-         Ok(cudaEventRecord(Event(events_, slot), s), "cudaEventRecord", error);
+  return Ok(cudaEventRecord(Event(events_, slot), s), "cudaEventRecord", error);
 }
 
 bool CudaChecks::Poll(int slot, CheckCounts* result) {

@@ -1,6 +1,8 @@
-// The CUDA side of asynchronous checks: result slots in device memory, a
-// pinned host copy of each, and an event per slot marking when the copy
-// landed. One CudaChecks per device.
+// The CUDA side of asynchronous checks: result slots in device memory that
+// the check kernel accumulates into, a pinned host copy of each that the
+// kernel's last block writes (and then zeroes the slot: no memset, no copy
+// per check), and an event per slot marking when the kernel was done. One
+// CudaChecks per device.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +35,8 @@ class CudaChecks final : public DeviceChecks {
   bool Poll(int slot, CheckCounts* result) override;
   void Wait(int slot, CheckCounts* result) override;
 
-  // Enqueues on `stream`: zero the slot, run the check, copy the result to
-  // pinned memory, record the slot's event. Never synchronises. A stream
+  // Enqueues on `stream` the check kernel, which leaves its result in the
+  // slot's pinned copy, and the slot's event. Never synchronises. A stream
   // that is capturing a CUDA graph is refused (the check would be baked
   // into the graph and its slot reused on every replay): `error` says so.
   bool Enqueue(int slot, const DeviceTensor& tensor, const CheckLimits& limits,
@@ -45,9 +47,11 @@ class CudaChecks final : public DeviceChecks {
 
   const int device_;
   const int slots_;
-  CheckCounts* device_slots_ = nullptr;
-  CheckCounts* host_slots_ = nullptr;  // pinned
-  void** events_ = nullptr;            // cudaEvent_t per slot
+  CheckCounts* device_slots_ = nullptr;   // accumulators, zero between checks
+  unsigned int* blocks_done_ = nullptr;   // per slot, zero between checks
+  CheckCounts* host_slots_ = nullptr;     // pinned, mapped
+  CheckCounts* host_slots_on_device_ = nullptr;  // the same, as the device sees it
+  void** events_ = nullptr;               // cudaEvent_t per slot
 };
 
 }  // namespace nanhunt::gpu

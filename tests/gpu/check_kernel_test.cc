@@ -159,6 +159,66 @@ TEST(GpuCheck, RingDeliversResultsWithoutHostSyncPerCheck) {
   cudaFree(d);
 }
 
+// Each slot is reused many times: the kernel's last block must hand over
+// one check's counts and leave the slot clean, across many blocks, for any
+// size (none at all included), on more than one stream.
+TEST(GpuCheck, ReusedSlotsCarryNothingOverBetweenChecks) {
+  REQUIRE_GPU();
+  std::string error;
+  auto device = CudaChecks::Create(0, 3, &error);
+  ASSERT_NE(device, nullptr) << error;
+  std::vector<uint16_t> a(3 << 20, 0x3C00), b(1001, 0x3C00);
+  a[7] = 0x7C00;                 // +inf
+  b[0] = b[1000] = 0x7E00;       // two NaN
+  void *da = nullptr, *db = nullptr;
+  ASSERT_EQ(cudaMalloc(&da, a.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&db, b.size() * 2), cudaSuccess);
+  cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+  cudaStream_t streams[2];
+  cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&streams[1], cudaStreamNonBlocking);
+  std::vector<CheckCounts> got;
+  {
+    CheckRing ring(device.get(), [&](const PendingCheck&, const CheckCounts& c) {
+      got.push_back(c);
+    });
+    for (int i = 0; i < 30; ++i) {
+      DeviceTensor t;
+      t.format = Format::kF16;
+      t.data = i % 3 == 0 ? da : db;
+      t.count = i % 3 == 0 ? static_cast<int64_t>(a.size())
+                           : i % 3 == 1 ? static_cast<int64_t>(b.size()) : 0;
+      cudaStream_t s = streams[i % 2];
+      ASSERT_TRUE(ring.Enqueue(s, nullptr, [&](int slot) {
+        return device->Enqueue(slot, t, kLimits, s, &error);
+      })) << error;
+    }
+    ring.DrainAll();
+  }
+  ASSERT_EQ(got.size(), 30u);
+  for (int i = 0; i < 30; ++i) {
+    const CheckCounts& c = got[i];
+    const std::string what = "check " + std::to_string(i);
+    if (i % 3 == 0) {
+      EXPECT_EQ(c.elements, a.size()) << what;
+      EXPECT_EQ(c.posinf, 1u) << what;
+      EXPECT_EQ(c.nan, 0u) << what;
+    } else if (i % 3 == 1) {
+      EXPECT_EQ(c.elements, b.size()) << what;
+      EXPECT_EQ(c.nan, 2u) << what;
+      EXPECT_EQ(c.posinf, 0u) << what;
+    } else {
+      EXPECT_EQ(c.elements, 0u) << what;
+      EXPECT_EQ(c.nan + c.posinf + c.max_abs_bits, 0u) << what;
+    }
+  }
+  cudaStreamDestroy(streams[0]);
+  cudaStreamDestroy(streams[1]);
+  cudaFree(da);
+  cudaFree(db);
+}
+
 TEST(GpuCheck, CapturingStreamIsRefusedAndCaptureStaysValid) {
   REQUIRE_GPU();
   std::string error;
