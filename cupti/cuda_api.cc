@@ -74,6 +74,12 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_start(
 extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue(
     int device, void* stream, const NanhuntDeviceTensor* t, void* context,
     char* error, int error_len) {
+  if (t->dense == 0 && (t->dims < 0 || t->dims > kMaxDims)) {
+    // The strided kernel indexes at most kMaxDims sizes; reading past them
+    // would fault on the device and take the training's context with it.
+    Fail(error, error_len, "a strided view of more than 8 dimensions");
+    return 1;
+  }
   std::string why;
   CheckRing* ring;
   {

@@ -42,4 +42,24 @@ TEST(CudaApiTest, EnqueueWithoutADriverFailsCleanlyAndWithAGpuDelivers) {
   }
 }
 
+TEST(CudaApiTest, StridedViewsBeyondTheKernelsDimensionsAreRefusedNotRead) {
+  // The strided kernel reads at most 8 sizes: a 9-dimensional view must be
+  // refused before anything reaches the device (which would fault there).
+  void* lib = dlopen(NANHUNT_CUDA_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto start = reinterpret_cast<decltype(&nanhunt_cuda_start)>(dlsym(lib, "nanhunt_cuda_start"));
+  auto enqueue = reinterpret_cast<decltype(&nanhunt_cuda_enqueue)>(dlsym(lib, "nanhunt_cuda_enqueue"));
+  ASSERT_TRUE(start && enqueue);
+  char error[256] = {};
+  ASSERT_EQ(start(16376.0, &Deliver, error, sizeof(error)), 0) << error;
+  NanhuntDeviceTensor view{};
+  view.format = static_cast<int>(nanhunt::Format::kF32);
+  view.count = 512;
+  view.dense = 0;
+  view.dims = 9;
+  int context = 0;
+  EXPECT_NE(enqueue(0, nullptr, &view, &context, error, sizeof(error)), 0);
+  EXPECT_NE(std::string(error).find("8 dimensions"), std::string::npos) << error;
+}
+
 }  // namespace
