@@ -21,6 +21,30 @@ cudaEvent_t Event(void** events, int slot) {
   return static_cast<cudaEvent_t>(events[slot]);
 }
 
+// Makes `device` current for a scope and restores the thread's device after.
+// The current device is the driver's, shared with torch's CUDA runtime: a
+// check for a cuda:1 output runs after the op's own device guard is gone
+// (a launch into a stream of another device fails), and leaving cuda:1
+// current would move the training's next allocations there.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) status_ = cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    int now = -1;
+    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_) {
+      cudaSetDevice(previous_);
+    }
+  }
+  cudaError_t status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t status_ = cudaSuccess;
+};
+
 }  // namespace
 
 CudaChecks::CudaChecks(int device, int slots) : device_(device), slots_(slots) {}
@@ -28,7 +52,8 @@ CudaChecks::CudaChecks(int device, int slots) : device_(device), slots_(slots) {
 std::unique_ptr<CudaChecks> CudaChecks::Create(int device, int slots,
                                                std::string* error) {
   std::unique_ptr<CudaChecks> c(new CudaChecks(device, slots));
-  if (!Ok(cudaSetDevice(device), "cudaSetDevice", error)) return nullptr;
+  DeviceScope scope(device);
+  if (!Ok(scope.status(), "cudaSetDevice", error)) return nullptr;
   if (!Ok(cudaMalloc(&c->device_slots_, sizeof(CheckCounts) * slots),
           "cudaMalloc", error) ||
       !Ok(cudaMalloc(&c->blocks_done_, sizeof(unsigned int) * slots),
@@ -86,6 +111,8 @@ bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
                          const CheckLimits& limits, void* stream,
                          std::string* error) {
   auto s = static_cast<cudaStream_t>(stream);
+  DeviceScope scope(device_);
+  if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (!Ok(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing", error)) {
     return false;

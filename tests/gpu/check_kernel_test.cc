@@ -4,6 +4,7 @@
 // one every test is skipped (CI builds this; scripts/gpu-check.sh runs it).
 #include <cuda_runtime.h>
 
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -217,6 +218,47 @@ TEST(GpuCheck, ReusedSlotsCarryNothingOverBetweenChecks) {
   cudaStreamDestroy(streams[1]);
   cudaFree(da);
   cudaFree(db);
+}
+
+// A check for a tensor on cuda:1 is enqueued from a thread whose current
+// device is cuda:0 (torch's guard for the op is gone by then); it must run
+// there and leave cuda:0 current.
+TEST(GpuCheck, SecondDeviceIsCheckedAndTheCurrentDeviceKept) {
+  REQUIRE_GPU();
+  int devices = 0;
+  cudaGetDeviceCount(&devices);
+  if (devices < 2) GTEST_SKIP() << "one CUDA device";
+  std::string error;
+  auto device1 = CudaChecks::Create(1, 2, &error);
+  ASSERT_NE(device1, nullptr) << error;
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  std::vector<float> v(4096, 1.0f);
+  v[100] = std::numeric_limits<float>::quiet_NaN();
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, v.size() * 4), cudaSuccess);
+  cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  uint64_t nan = 0;
+  {
+    CheckRing ring(device1.get(), [&](const PendingCheck&, const CheckCounts& c) { nan = c.nan; });
+    DeviceTensor t;
+    t.data = d;
+    t.count = static_cast<int64_t>(v.size());
+    ASSERT_TRUE(ring.Enqueue(stream, nullptr, [&](int slot) {
+      return device1->Enqueue(slot, t, kLimits, stream, &error);
+    })) << error;
+    int current = -1;
+    cudaGetDevice(&current);
+    EXPECT_EQ(current, 0) << "the check moved the thread to another device";
+    ring.DrainAll();
+  }
+  EXPECT_EQ(nan, 1u);
+  cudaSetDevice(1);
+  cudaStreamDestroy(stream);
+  cudaFree(d);
+  cudaSetDevice(0);
 }
 
 TEST(GpuCheck, CapturingStreamIsRefusedAndCaptureStaysValid) {
