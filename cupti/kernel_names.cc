@@ -39,6 +39,15 @@ void Record(const char* name, unsigned x, unsigned y, unsigned z) {
 
 }  // namespace
 
+const uint32_t kLaunchCallbacks[6] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+};
+
 void KernelCallback(void*, int domain, uint32_t cbid, const void* cbdata) {
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
     if (cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED) {
@@ -92,6 +101,8 @@ CuptiCalls LoadCupti(std::string* why) {
   calls.subscribe = reinterpret_cast<decltype(calls.subscribe)>(dlsym(lib, "cuptiSubscribe_v2"));
   calls.enable_domain =
       reinterpret_cast<decltype(calls.enable_domain)>(dlsym(lib, "cuptiEnableDomain"));
+  calls.enable_callback =
+      reinterpret_cast<decltype(calls.enable_callback)>(dlsym(lib, "cuptiEnableCallback"));
   calls.result_string =
       reinterpret_cast<decltype(calls.result_string)>(dlsym(lib, "cuptiGetResultString"));
   if (calls.subscribe == nullptr || calls.enable_domain == nullptr) {
@@ -126,7 +137,18 @@ bool StartKernelNames(const CuptiCalls& cupti, std::string* why) {
     }
     return false;  // nothing of anyone else's is touched
   }
-  for (int domain : {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RESOURCE}) {
+  bool launches = cupti.enable_callback != nullptr;
+  for (uint32_t cbid : kLaunchCallbacks) {
+    if (launches) {
+      launches = cupti.enable_callback(1, handle, CUPTI_CB_DOMAIN_DRIVER_API, cbid) ==
+                 CUPTI_SUCCESS;
+    }
+  }
+  // Without per-call enabling, the whole driver domain (slower, same names).
+  const int domains[] = {launches ? -1 : CUPTI_CB_DOMAIN_DRIVER_API,
+                         CUPTI_CB_DOMAIN_RESOURCE};
+  for (int domain : domains) {
+    if (domain < 0) continue;
     const int e = cupti.enable_domain(1, handle, domain);
     if (e != CUPTI_SUCCESS) {
       *why = absl::StrCat("cuptiEnableDomain(", domain, ") failed: error ", e);

@@ -26,6 +26,8 @@ struct CuptiCalls {
   int (*subscribe)(void** handle, void* callback, void* userdata, void* params) = nullptr;
   // cuptiEnableDomain(enable, handle, domain)
   int (*enable_domain)(uint32_t enable, void* handle, int domain) = nullptr;
+  // cuptiEnableCallback(enable, handle, domain, cbid)
+  int (*enable_callback)(uint32_t enable, void* handle, int domain, uint32_t cbid) = nullptr;
   // cuptiGetResultString(result, const char**)
   int (*result_string)(int result, const char** text) = nullptr;
 };
@@ -33,6 +35,11 @@ struct CuptiCalls {
 // Loads libcupti (already loaded first, then by name). Empty calls and
 // `why` set when there is none.
 CuptiCalls LoadCupti(std::string* why);
+
+// The driver calls whose callbacks are enabled: every way to launch a kernel.
+// Only these, not the whole driver domain: every cuEventRecord, cuMemcpy
+// and cuStreamQuery of the training would otherwise pass through CUPTI.
+extern const uint32_t kLaunchCallbacks[6];
 
 // Subscribes and enables the launch and resource callbacks. On failure,
 // returns false with `why` saying who holds CUPTI or what failed; kernel

@@ -35,10 +35,19 @@ int FakeEnable(uint32_t enable, void*, int domain) {
   return CUPTI_SUCCESS;
 }
 
-CuptiCalls Fake() {
+std::vector<uint32_t> g_enabled_callbacks;
+int FakeEnableCallback(uint32_t enable, void*, int domain, uint32_t cbid) {
+  EXPECT_EQ(enable, 1u);
+  EXPECT_EQ(domain, CUPTI_CB_DOMAIN_DRIVER_API);
+  g_enabled_callbacks.push_back(cbid);
+  return CUPTI_SUCCESS;
+}
+
+CuptiCalls Fake(bool per_callback = true) {
   CuptiCalls c;
   c.subscribe = &FakeSubscribe;
   c.enable_domain = &FakeEnable;
+  if (per_callback) c.enable_callback = &FakeEnableCallback;
   return c;
 }
 
@@ -52,11 +61,28 @@ TEST(KernelNamesTest, AnotherToolHoldingCuptiIsNamedAndLeftAlone) {
   EXPECT_TRUE(g_enabled.empty()) << "nothing may be enabled on a failed subscription";
 }
 
-TEST(KernelNamesTest, SubscribingEnablesLaunchesAndResources) {
+TEST(KernelNamesTest, SubscribingEnablesEveryLaunchCallAndResources) {
+  g_subscribe_result = CUPTI_SUCCESS;
+  g_enabled.clear();
+  g_enabled_callbacks.clear();
+  std::string why;
+  EXPECT_TRUE(StartKernelNames(Fake(), &why)) << why;
+  // Launches one by one, not the whole driver domain (every driver call).
+  EXPECT_EQ(g_enabled, (std::vector<int>{CUPTI_CB_DOMAIN_RESOURCE}));
+  EXPECT_EQ(g_enabled_callbacks,
+            (std::vector<uint32_t>{CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz}));
+}
+
+TEST(KernelNamesTest, WithoutPerCallEnablingTheDriverDomainIsEnabled) {
   g_subscribe_result = CUPTI_SUCCESS;
   g_enabled.clear();
   std::string why;
-  EXPECT_TRUE(StartKernelNames(Fake(), &why)) << why;
+  EXPECT_TRUE(StartKernelNames(Fake(/*per_callback=*/false), &why)) << why;
   EXPECT_EQ(g_enabled, (std::vector<int>{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RESOURCE}));
 }
 
