@@ -16,6 +16,7 @@ the same values and takes the same decision.
 """
 import ctypes
 import functools
+import sys
 
 import torch
 from torch.optim.optimizer import (
@@ -28,6 +29,12 @@ _skip = False
 _sentinel = False
 _held = {}  # id(optimizer) -> [(parameter, gradient)] held back this step
 _optimizer_steps = 0  # optimizer.step() calls so far
+# Sentinel results on their way from a GPU: (event, pinned host flag). Read
+# at a later step once the event has passed, so that the sentinel never
+# makes the host wait for the device (a skip decision has to, like
+# GradScaler's).
+_late = []
+_broken = False  # an internal error switched the step guard off
 
 
 def _gradients(optimizer):
@@ -64,9 +71,64 @@ def _all_finite(grads):
     return True
 
 
+def _device_flag(tensors):
+    # All of them on one GPU: one bool there, no host read. The max-norm is
+    # exact in any dtype and, on a GPU, as fast as the 2-norm.
+    by_dtype = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    flags = [torch.stack(torch._foreach_norm(ts, float("inf"))).isfinite().all()
+             for ts in by_dtype.values()]
+    return torch.stack(flags).all()
+
+
+def _sentinel_later(grads):
+    # Host tensors are checked now; each GPU's gradients get one flag, copied
+    # to pinned memory behind an event and read at a later step.
+    host, devices = [], {}
+    for p, g in grads:
+        values = g.coalesce().values() if g.is_sparse else g
+        if values.is_cuda:
+            devices.setdefault(values.device, []).append(values)
+        else:
+            host.append((p, values))
+    finite = _all_finite(host) if host else True
+    with torch.no_grad():
+        for device, tensors in devices.items():
+            with torch.cuda.device(device):
+                flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+                flag.copy_(_device_flag(tensors), non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+                _late.append((event, flag))
+    return finite
+
+
+def _report_arrived_sentinels():
+    while _late and _late[0][0].query():
+        _, flag = _late.pop(0)
+        _lib.nanhunt_sentinel(int(bool(flag)))
+
+
 def _before_step(optimizer, args, kwargs):
-    global _optimizer_steps
+    global _optimizer_steps, _broken
     _optimizer_steps += 1
+    if _broken:
+        return None
+    try:
+        return _guard_step(optimizer, kwargs)
+    except Exception as e:  # never into the user's training loop
+        _broken = True
+        _after_step(optimizer, args, kwargs)  # gradients back where they were
+        print(f"nanhunt: internal error in the step guard ({type(e).__name__}: {e}); "
+              "gradient checks and step skipping are off for the rest of the run",
+              file=sys.stderr)
+        return None
+
+
+def _guard_step(optimizer, kwargs):
+    if _sentinel:
+        _report_arrived_sentinels()
     # A GradScaler hands fused optimizers its own found_inf and decides;
     # for the others it does not call step() at all on a bad step.
     if "found_inf" in kwargs or "grad_scale" in kwargs:
@@ -76,17 +138,17 @@ def _before_step(optimizer, args, kwargs):
         return None
     _lib.nanhunt_quiet(1)  # these checks are nanhunt's, not the model's ops
     try:
-        finite = _all_finite(grads)
+        finite = _all_finite(grads) if _skip else _sentinel_later(grads)
     finally:
         _lib.nanhunt_quiet(0)
     if _sentinel:
         _lib.nanhunt_sentinel(int(finite))
     if finite or not _skip:
         return None
-    _lib.nanhunt_step_skipped()
+    _held[id(optimizer)] = grads
     for p, _ in grads:
         p.grad = None
-    _held[id(optimizer)] = grads
+    _lib.nanhunt_step_skipped()
     return None
 
 

@@ -39,3 +39,73 @@ def test_sparse_gradients_are_checked_on_their_values():
     assert not all_finite(sparse)
     assert all_finite(torch.sparse_coo_tensor([[0, 5]], [1.0, 2.0], (10,),
                                               check_invariants=True))
+
+
+class _FakeLibrary:
+    """What step_guard.py calls in libnanhunt_torch.so, recorded."""
+
+    def __init__(self, fail_on_skip=False):
+        self.calls = []
+        self.fail_on_skip = fail_on_skip
+
+    def nanhunt_quiet(self, on):
+        self.calls.append(("quiet", on))
+
+    def nanhunt_sentinel(self, finite):
+        self.calls.append(("sentinel", finite))
+
+    def nanhunt_step_skipped(self):
+        self.calls.append(("skipped",))
+        if self.fail_on_skip:
+            raise RuntimeError("planted")
+
+
+@pytest.fixture
+def fresh_guard(monkeypatch):
+    monkeypatch.setattr(guard, "_broken", False)
+    monkeypatch.setattr(guard, "_held", {})
+    monkeypatch.setattr(guard, "_late", [])
+    return guard
+
+
+def _optimizer_with_nan_gradient():
+    w = torch.nn.Parameter(torch.ones(4))
+    w.grad = torch.tensor([1.0, float("nan"), 2.0, 3.0])
+    return w, torch.optim.SGD([w], lr=0.1)
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_an_error_inside_the_guard_never_reaches_the_training_loop(
+        fresh_guard, monkeypatch, capsys, skip):
+    # A failing gradient check: reported once, the guard steps aside, and
+    # the step goes on with the user's gradients untouched.
+    monkeypatch.setattr(fresh_guard, "_lib", _FakeLibrary())
+    monkeypatch.setattr(fresh_guard, "_skip", skip)
+    monkeypatch.setattr(fresh_guard, "_sentinel", not skip)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(torch, "_foreach_norm", broken)
+    w, opt = _optimizer_with_nan_gradient()
+    grad = w.grad
+    for _ in range(2):
+        assert fresh_guard._before_step(opt, (), {}) is None
+        fresh_guard._after_step(opt, (), {})
+        assert w.grad is grad
+    err = capsys.readouterr().err
+    assert err.count("nanhunt: internal error in the step guard (RuntimeError: planted)") == 1
+    assert fresh_guard._broken
+
+
+def test_gradients_held_back_come_back_when_the_guard_fails_midway(fresh_guard, monkeypatch):
+    lib = _FakeLibrary(fail_on_skip=True)
+    monkeypatch.setattr(fresh_guard, "_lib", lib)
+    monkeypatch.setattr(fresh_guard, "_skip", True)
+    monkeypatch.setattr(fresh_guard, "_sentinel", False)
+    w, opt = _optimizer_with_nan_gradient()
+    grad = w.grad
+    assert fresh_guard._before_step(opt, (), {}) is None
+    assert ("skipped",) in lib.calls
+    assert w.grad is grad, "the step must not lose the user's gradients"
+    assert fresh_guard._held == {}
