@@ -6,6 +6,7 @@ sample mode at most 1.01x. Run by scripts/gpu-check.sh;
 `--device cpu --tiny` checks the script itself without a GPU."""
 import argparse
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -15,9 +16,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def trace_meta(out):
+    """Meta of the newest trace in OUT: what a monitored run really did."""
+    traces = sorted(Path(out).glob("*.sqlite"), key=lambda p: p.stat().st_mtime)
+    if not traces:
+        return {}
+    db = sqlite3.connect(traces[-1])
+    try:
+        return dict(db.execute("SELECT key, value FROM meta"))
+    finally:
+        db.close()
+
+
 def run(mode, args, out):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
+    out = os.path.join(out, mode)
     cmd = [sys.executable, str(ROOT / "bench" / "gpt2_step.py"), "--device", args.device,
            "--steps", str(args.steps)] + (["--tiny"] if args.tiny else [])
     if mode in ("nanhunt", "sample"):
@@ -31,6 +45,9 @@ def run(mode, args, out):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{mode} run failed:\n{r.stderr[-2000:]}")
+    for line in r.stderr.splitlines():
+        if line.startswith("nanhunt:") and "internal error" in line:
+            print(f"{mode}: {line}")
     return float(r.stdout.split()[1])
 
 
@@ -48,14 +65,26 @@ def main():
         for _ in range(args.rounds):
             for m in modes:
                 times[m].append(run(m, args, out))
-    med = {m: statistics.median(t) for m, t in times.items()}
-    size = "tiny" if args.tiny else "GPT-2 small (12x768, seq 1024, batch 8)"
-    print(f"{size}, {args.device}, fp16 autocast, {args.steps} steps x {args.rounds} rounds")
-    print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
-    for m, label in [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
-                     ("sample", "nanhunt sample (1% of ops)"),
-                     ("anomaly", "set_detect_anomaly(True)")]:
-        print(f"{label:<28}{med[m]:>10.2f}{med[m] / med['plain']:>9.2f}x")
+        med = {m: statistics.median(t) for m, t in times.items()}
+        size = "tiny" if args.tiny else "GPT-2 small (12x768, seq 1024, batch 8)"
+        print(f"{size}, {args.device}, fp16 autocast, {args.steps} steps x {args.rounds} rounds")
+        print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
+        for m, label in [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
+                         ("sample", "nanhunt sample (1% of ops)"),
+                         ("anomaly", "set_detect_anomaly(True)")]:
+            print(f"{label:<28}{med[m]:>10.2f}{med[m] / med['plain']:>9.2f}x")
+            if m in ("nanhunt", "sample"):
+                # A fast monitored run that checked nothing would be no figure.
+                meta = trace_meta(os.path.join(out, m))
+                unchecked = meta.get("outputs_unchecked", "?")
+                if "device_checks" not in meta:
+                    print(f"{'':<4}no GPU check enqueued; unchecked outputs {unchecked}")
+                    continue
+                names = ("off: " + meta["kernel_names_off"] if "kernel_names_off" in meta
+                         else f"on, {meta.get('kernel_launches', '?')} launches seen")
+                print(f"{'':<4}GPU checks {meta['device_checks']}, unchecked outputs "
+                      f"{unchecked}, ring waits {meta.get('check_ring_waits', '?')}, "
+                      f"kernel names {names}")
 
 
 if __name__ == "__main__":

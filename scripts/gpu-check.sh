@@ -85,4 +85,4 @@ echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 tail -n +2 "$build"/bandwidth.txt
 cat "$build"/demo-cuda-check.txt
 cat "$build"/streams-check.txt
-tail -5 "$build"/gpt2.txt
+sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt
