@@ -113,7 +113,7 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
   }
   d.evidence.push_back(absl::StrCat(
       "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
-      " turned finite ", f.dtype, " inputs into inf/NaN", reached,
+      " turned finite inputs into ", f.dtype, " inf/NaN", reached,
       f.source.empty() ? "" : ", at " + f.source));
   AddWarningTrend(s, f.op, d);
   if (s.steps > 0) {
@@ -156,7 +156,7 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
   d.evidence.push_back(absl::StrCat(
       "step ", f.step, ": ", f.op,
       f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
-      " turned finite ", f.dtype, " values into inf/NaN; the forward pass was "
+      " turned finite values into ", f.dtype, " inf/NaN; the forward pass was "
       "finite"));
   AddWarningTrend(s, f.op, d);
   AddLossScale(s, d);

@@ -483,8 +483,39 @@ std::string TorchOpContext::Stack() {
   return stack_;
 }
 
+namespace {
+
+// Ops whose every output value is the input value at the same position:
+// computed in fp32, a cast to fp16 gives back its input.
+bool KeepsValues(const c10::OperatorHandle& op) {
+  const std::string& name = op.operator_name().name;
+  return name == "aten::_to_copy" || name == "aten::to" ||
+         name == "aten::clone" || name == "aten::contiguous";
+}
+
+// Formats whose range is fp16's or narrower: a "recomputation in fp32"
+// that still ends there (the op's dtype argument asked for it) says nothing.
+bool IsNarrow(Format f) {
+  return f == Format::kF16 || f == Format::kF8E4M3FN || f == Format::kF8E5M2;
+}
+
+}  // namespace
+
 std::optional<double> TorchOpContext::RecomputeFp32MaxAbs() {
   if (!traits_.handle || traits_.writes || traits_.random) return std::nullopt;
+  if (KeepsValues(*traits_.handle)) {
+    double max_abs = -1;
+    for (const c10::IValue& v : inputs_) {
+      ForEachTensor(v, [&](const at::Tensor& t) {
+        TensorFacts f;
+        if (CheckTensor(t, limits_, f) && !IsNarrow(f.format)) {
+          max_abs = std::max(max_abs, MaxAbs(f.format, f.counts));
+        }
+      });
+    }
+    if (max_abs < 0) return std::nullopt;
+    return max_abs;
+  }
   try {
     QuietScope quiet;
     torch::jit::Stack stack;
@@ -503,7 +534,7 @@ std::optional<double> TorchOpContext::RecomputeFp32MaxAbs() {
     for (const c10::IValue& v : stack) {
       ForEachTensor(v, [&](const at::Tensor& t) {
         TensorFacts f;
-        if (CheckTensor(t, limits_, f)) {
+        if (CheckTensor(t, limits_, f) && !IsNarrow(f.format)) {
           max_abs = std::max(max_abs, MaxAbs(f.format, f.counts));
         }
       });

@@ -72,3 +72,19 @@ def test_nan_planted_in_the_data_batch_is_reported_as_input(out):
     assert first["step"] == 2
     assert first["nan"] > 0
     assert findings(out, "origin") == []
+
+
+def test_a_cast_overflow_in_a_checkpointed_block_is_named_in_forward(out):
+    # Activation checkpointing runs the block's forward ops again during
+    # backward: the origin is still the forward cast at step 4, and what a
+    # cast reaches in fp32 is its input's magnitude (a recomputation that
+    # casts to fp16 again would only say inf).
+    r = preload_run([PYTHON, SCRIPTS / "checkpointed_cast_overflow.py"], out)
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::_to_copy", "forward", 4)
+    assert first["dtype"] == "float16"
+    assert first["source"].endswith("checkpointed_cast_overflow.py:17 in forward")
+    assert 1e6 < first["fp32_max_abs"] < 1e8, first["fp32_max_abs"]
+    diagnosis = view_json(out)["diagnosis"]
+    assert "turned finite inputs into float16 inf/NaN" in diagnosis["evidence"][0]
