@@ -499,23 +499,27 @@ bool IsNarrow(Format f) {
   return f == Format::kF16 || f == Format::kF8E4M3FN || f == Format::kF8E5M2;
 }
 
+// The largest magnitude among the tensors of `values` in wider formats.
+std::optional<double> WideMaxAbs(const std::vector<c10::IValue>& values,
+                                 const CheckLimits& limits) {
+  double max_abs = -1;
+  for (const c10::IValue& v : values) {
+    ForEachTensor(v, [&](const at::Tensor& t) {
+      TensorFacts f;
+      if (CheckTensor(t, limits, f) && !IsNarrow(f.format)) {
+        max_abs = std::max(max_abs, MaxAbs(f.format, f.counts));
+      }
+    });
+  }
+  if (max_abs < 0) return std::nullopt;
+  return max_abs;
+}
+
 }  // namespace
 
 std::optional<double> TorchOpContext::RecomputeFp32MaxAbs() {
   if (!traits_.handle || traits_.writes || traits_.random) return std::nullopt;
-  if (KeepsValues(*traits_.handle)) {
-    double max_abs = -1;
-    for (const c10::IValue& v : inputs_) {
-      ForEachTensor(v, [&](const at::Tensor& t) {
-        TensorFacts f;
-        if (CheckTensor(t, limits_, f) && !IsNarrow(f.format)) {
-          max_abs = std::max(max_abs, MaxAbs(f.format, f.counts));
-        }
-      });
-    }
-    if (max_abs < 0) return std::nullopt;
-    return max_abs;
-  }
+  if (KeepsValues(*traits_.handle)) return WideMaxAbs(inputs_, limits_);
   try {
     QuietScope quiet;
     torch::jit::Stack stack;
@@ -530,17 +534,7 @@ std::optional<double> TorchOpContext::RecomputeFp32MaxAbs() {
       }
     }
     traits_.handle->callBoxed(&stack);
-    double max_abs = -1;
-    for (const c10::IValue& v : stack) {
-      ForEachTensor(v, [&](const at::Tensor& t) {
-        TensorFacts f;
-        if (CheckTensor(t, limits_, f) && !IsNarrow(f.format)) {
-          max_abs = std::max(max_abs, MaxAbs(f.format, f.counts));
-        }
-      });
-    }
-    if (max_abs < 0) return std::nullopt;
-    return max_abs;
+    return WideMaxAbs(stack, limits_);
   } catch (const std::exception&) {
     return std::nullopt;  // ops with dtype arguments and the like: skip
   }
