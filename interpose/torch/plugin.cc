@@ -244,17 +244,15 @@ try:
     _spec = importlib.util.spec_from_file_location("nanhunt_step_guard", SCRIPT)
     _guard = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_guard)
-    _guard.install(LIBRARY, SKIP, SENTINEL)
+    _guard.install(LIBRARY, SENTINEL)
 except Exception as e:
     import sys
     print(f"nanhunt: the gradient check cannot work here ({e!r}); no step is "
           "skipped and sample mode has no sentinel", file=sys.stderr)
 )py";
   Session* session = Session::Get();
-  const bool skip = session->live().skip_nonfinite_steps.load();
   const bool sentinel = session->sampler() != nullptr;
   if (!RunPython(kInstall, {{"SCRIPT", script}, {"LIBRARY", lib},
-                            {"SKIP", skip ? "1" : "0"},
                             {"SENTINEL", sentinel ? "1" : "0"}})) {
     fprintf(stderr,
             "nanhunt: the gradient check needs torch.optim in a Python "
@@ -711,6 +709,14 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
 // they are nanhunt's ops, not the model's.
 extern "C" __attribute__((visibility("default"))) void nanhunt_quiet(int on) {
   nanhunt::t_state.busy = on != 0;
+}
+
+// Read by step_guard.py at each optimizer step: NANHUNT_SKIP_NONFINITE_STEPS
+// as it is now (a config reload can switch it either way).
+extern "C" __attribute__((visibility("default"))) int nanhunt_skip_enabled() {
+  nanhunt::Session* session = nanhunt::Session::Get();
+  return session != nullptr && nanhunt::MonitoringActive() &&
+         session->live().skip_nonfinite_steps.load(std::memory_order_relaxed);
 }
 
 // Called by step_guard.py each step in sample mode: the sentinel.

@@ -25,7 +25,6 @@ from torch.optim.optimizer import (
 )
 
 _lib = None
-_skip = False
 _sentinel = False
 _held = {}  # id(optimizer) -> [(parameter, gradient)] held back this step
 _optimizer_steps = 0  # optimizer.step() calls so far
@@ -127,6 +126,10 @@ def _before_step(optimizer, args, kwargs):
 
 
 def _guard_step(optimizer, kwargs):
+    # Asked every step: a config reload may switch skipping on or off.
+    skip = bool(_lib.nanhunt_skip_enabled())
+    if not skip and not _sentinel:
+        return None
     if _sentinel:
         _report_arrived_sentinels()
     # A GradScaler hands fused optimizers its own found_inf and decides;
@@ -138,12 +141,12 @@ def _guard_step(optimizer, kwargs):
         return None
     _lib.nanhunt_quiet(1)  # these checks are nanhunt's, not the model's ops
     try:
-        finite = _all_finite(grads) if _skip else _sentinel_later(grads)
+        finite = _all_finite(grads) if skip else _sentinel_later(grads)
     finally:
         _lib.nanhunt_quiet(0)
     if _sentinel:
         _lib.nanhunt_sentinel(int(finite))
-    if finite or not _skip:
+    if finite or not skip:
         return None
     _held[id(optimizer)] = grads
     for p, _ in grads:
@@ -177,12 +180,13 @@ def _watch_grad_scaler():
     scaler.step = step
 
 
-def install(library_path, skip, sentinel):
-    global _lib, _skip, _sentinel
+def install(library_path, sentinel):
+    global _lib, _sentinel
     _lib = ctypes.CDLL(library_path)
     _lib.nanhunt_quiet.argtypes = [ctypes.c_int]
     _lib.nanhunt_sentinel.argtypes = [ctypes.c_int]
-    _skip, _sentinel = skip == "1", sentinel == "1"
+    _lib.nanhunt_skip_enabled.restype = ctypes.c_int
+    _sentinel = sentinel == "1"
     register_optimizer_step_pre_hook(_before_step)
     register_optimizer_step_post_hook(_after_step)
     if _sentinel:

@@ -44,9 +44,13 @@ def test_sparse_gradients_are_checked_on_their_values():
 class _FakeLibrary:
     """What step_guard.py calls in libnanhunt_torch.so, recorded."""
 
-    def __init__(self, fail_on_skip=False):
+    def __init__(self, skip, fail_on_skip=False):
         self.calls = []
+        self.skip = skip
         self.fail_on_skip = fail_on_skip
+
+    def nanhunt_skip_enabled(self):
+        return int(self.skip)
 
     def nanhunt_quiet(self, on):
         self.calls.append(("quiet", on))
@@ -79,8 +83,7 @@ def test_an_error_inside_the_guard_never_reaches_the_training_loop(
         fresh_guard, monkeypatch, capsys, skip):
     # A failing gradient check: reported once, the guard steps aside, and
     # the step goes on with the user's gradients untouched.
-    monkeypatch.setattr(fresh_guard, "_lib", _FakeLibrary())
-    monkeypatch.setattr(fresh_guard, "_skip", skip)
+    monkeypatch.setattr(fresh_guard, "_lib", _FakeLibrary(skip))
     monkeypatch.setattr(fresh_guard, "_sentinel", not skip)
 
     def broken(*args, **kwargs):
@@ -99,9 +102,8 @@ def test_an_error_inside_the_guard_never_reaches_the_training_loop(
 
 
 def test_gradients_held_back_come_back_when_the_guard_fails_midway(fresh_guard, monkeypatch):
-    lib = _FakeLibrary(fail_on_skip=True)
+    lib = _FakeLibrary(skip=True, fail_on_skip=True)
     monkeypatch.setattr(fresh_guard, "_lib", lib)
-    monkeypatch.setattr(fresh_guard, "_skip", True)
     monkeypatch.setattr(fresh_guard, "_sentinel", False)
     w, opt = _optimizer_with_nan_gradient()
     grad = w.grad

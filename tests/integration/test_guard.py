@@ -106,3 +106,36 @@ def test_bad_config_edit_is_rejected_and_the_run_goes_on(out, tmp_path):
     _, err = proc.communicate(timeout=30)
     assert "config reload (config file changed) rejected" in err
     assert "NANHUNT_ON_NONFINITE='sometimes'" in err
+
+
+def skipped_steps(out):
+    [trace] = out.glob("*.sqlite")
+    return [s for (s,) in sqlite3.connect(trace).execute(
+        "SELECT step FROM skipped_steps ORDER BY step")]
+
+
+def test_config_file_edit_switches_step_skipping_off_in_a_running_process(out, tmp_path):
+    # Skipping on at start: every odd step's NaN gradient is held back; the
+    # edit switches it off, and the next bad step reaches the weights.
+    conf = tmp_path / "nanhunt.conf"
+    proc = start_with_config("bad_gradients_until_stopped.py", out, conf,
+                             "skip_nonfinite_steps = 1\n", 10)
+    conf.write_text("skip_nonfinite_steps = 0\n")
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    skipped = skipped_steps(out)
+    assert {1, 3, 5, 7, 9} <= set(skipped), skipped
+    assert max(skipped) < 100, "the edit must apply within seconds"
+    assert rest.splitlines()[-1].endswith("nan"), "unskipped NaN gradients reach the weights"
+
+
+def test_config_file_edit_switches_step_skipping_on_in_a_running_process(out, tmp_path):
+    conf = tmp_path / "nanhunt.conf"
+    proc = start_with_config("bad_gradients_until_stopped.py", out, conf,
+                             "near_max = 16376\n", 10)
+    conf.write_text("near_max = 16376\nskip_nonfinite_steps = 1\n")
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    skipped = skipped_steps(out)
+    assert skipped and min(skipped) >= 10, skipped
+    assert 159 in skipped, "every step from the edit on is skipped (the weights went NaN before)"
