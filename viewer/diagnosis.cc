@@ -99,7 +99,58 @@ Diagnosis NonFiniteInput(const RunSummary& s, const FindingRow& f) {
   return d;
 }
 
+bool IsCast(absl::string_view op) {
+  for (const char* c : {"aten::_to_copy", "aten::to", "aten::copy_", "aten::type_as",
+                        "aten::half"}) {
+    if (op == c) return true;
+  }
+  return false;
+}
+
+// The program's own cast to fp16 (x.half(), x.to(torch.float16)) of values
+// already past its range: no op to run in fp32, the tensor itself must stay
+// wider or smaller. (A cast autocast makes sits inside the op it serves,
+// which is then the one to switch.)
+Diagnosis CastOverflow(const RunSummary& s, const FindingRow& f) {
+  Diagnosis d;
+  d.kind = "forward_overflow";
+  d.op = Switchable(f);
+  d.title = absl::StrCat("Forward overflow: values past fp16's 65504 cast to ",
+                         f.dtype, " at step ", f.step);
+  d.evidence.push_back(absl::StrCat(
+      "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      " cast finite values to ", f.dtype, " inf/NaN",
+      f.fp32_max_abs && std::isfinite(*f.fp32_max_abs)
+          ? absl::StrFormat(" (they were up to %.6g, %.2fx the limit)",
+                            *f.fp32_max_abs, *f.fp32_max_abs / kFp16Max)
+          : "",
+      f.source.empty() ? "" : ", at " + f.source));
+  // The wider op that made them: the largest fp32/bf16 warning up to then.
+  const FindingRow* maker = nullptr;
+  for (const FindingRow& w : s.warnings) {
+    if (w.step > f.step || IsCast(w.op) || w.dtype == "float16") continue;
+    if (maker == nullptr || w.max_abs > maker->max_abs) maker = &w;
+  }
+  if (maker != nullptr) {
+    d.evidence.push_back(absl::StrCat(
+        "they were made by ", maker->op, " (", maker->phase, ", ", maker->dtype, ", up to ",
+        FormatAbs(maker->max_abs), " at step ", maker->step, ")",
+        maker->source.empty() ? "" : ", at " + maker->source));
+  }
+  AddWarningTrend(s, f.op, d);
+  d.fixes.push_back(absl::StrCat(
+      "keep this tensor in float32, or cast it to bfloat16 (float32's range) "
+      "instead of float16",
+      f.source.empty() ? "" : ", at " + f.source));
+  d.fixes.push_back(absl::StrCat(
+      "or bring the values into fp16's range where they are made",
+      maker != nullptr ? " (" + maker->op + ")" : "",
+      ": normalise or scale them down before the cast"));
+  return d;
+}
+
 Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
+  if (IsCast(f.op) && (f.top_op.empty() || IsCast(f.top_op))) return CastOverflow(s, f);
   Diagnosis d;
   d.kind = "forward_overflow";
   const std::string op = Switchable(f);
@@ -107,7 +158,7 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
   d.title = absl::StrCat("Forward overflow: ", op,
                          " produced values past fp16's 65504 at step ", f.step);
   std::string reached;
-  if (f.fp32_max_abs) {
+  if (f.fp32_max_abs && std::isfinite(*f.fp32_max_abs)) {
     reached = absl::StrFormat(" (recomputed in fp32 they reach %.6g, %.2fx the limit)",
                               *f.fp32_max_abs, *f.fp32_max_abs / kFp16Max);
   }
