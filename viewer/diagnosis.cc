@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/check_limits.h"
+#include "viewer/diagnosis_math.h"
 
 namespace nanhunt {
 namespace {
@@ -233,6 +234,7 @@ Diagnosis Diagnose(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") return NonFiniteInput(s, f);
+    if (auto math = InvalidMath(s, f)) return *math;
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }
   if (!s.first_origin && s.first_received) {

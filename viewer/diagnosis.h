@@ -12,8 +12,9 @@
 namespace nanhunt {
 
 struct Diagnosis {
-  // forward_overflow, backward_overflow, nonfinite_input, skipped_steps,
-  // underflow, healthy.
+  // forward_overflow, backward_overflow, invalid_math, nonfinite_input,
+  // skipped_steps, underflow, healthy (and received, for a rank that only
+  // got inf/NaN from others).
   std::string kind;
   std::string title;                  // one line for a newcomer
   std::string op;                     // the op it is about, if any

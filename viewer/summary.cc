@@ -385,12 +385,14 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     if (f.posinf) absl::StrAppend(&out, " +inf=", f.posinf);
     if (f.neginf) absl::StrAppend(&out, " -inf=", f.neginf);
     absl::StrAppend(&out, " of ", f.elements, "\n");
-    if (f.fp32_max_abs) {
+    if (f.fp32_max_abs && std::isfinite(*f.fp32_max_abs)) {
       absl::StrAppend(
           &out, "          recomputed in fp32 the outputs reach |x| = ",
           FormatAbs(*f.fp32_max_abs),
           absl::StrFormat(" (%.2fx fp16's max 65504)\n",
                           *f.fp32_max_abs / kFp16Max));
+    } else if (f.fp32_max_abs) {
+      absl::StrAppend(&out, "          recomputed in fp32 the outputs are not finite either\n");
     }
     if (!f.forward_op.empty()) {
       absl::StrAppend(&out, "          backward of forward op ", f.forward_op,

@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <limits>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -499,7 +501,9 @@ bool IsNarrow(Format f) {
   return f == Format::kF16 || f == Format::kF8E4M3FN || f == Format::kF8E5M2;
 }
 
-// The largest magnitude among the tensors of `values` in wider formats.
+// The largest magnitude among the tensors of `values` in wider formats;
+// infinity when one of them holds inf or NaN (the op is not finite in fp32
+// either).
 std::optional<double> WideMaxAbs(const std::vector<c10::IValue>& values,
                                  const CheckLimits& limits) {
   double max_abs = -1;
@@ -507,7 +511,9 @@ std::optional<double> WideMaxAbs(const std::vector<c10::IValue>& values,
     ForEachTensor(v, [&](const at::Tensor& t) {
       TensorFacts f;
       if (CheckTensor(t, limits, f) && !IsNarrow(f.format)) {
-        max_abs = std::max(max_abs, MaxAbs(f.format, f.counts));
+        max_abs = std::max(max_abs, AnyNonFinite(f.counts)
+                                        ? std::numeric_limits<double>::infinity()
+                                        : MaxAbs(f.format, f.counts));
       }
     });
   }
@@ -519,6 +525,14 @@ std::optional<double> WideMaxAbs(const std::vector<c10::IValue>& values,
 
 std::optional<double> TorchOpContext::RecomputeFp32MaxAbs() {
   if (!traits_.handle || traits_.writes || traits_.random) return std::nullopt;
+  // Outputs in fp32 or fp64 already: the op run again in fp32 would only
+  // repeat itself. (bf16 outputs are recomputed: fp32 keeps more digits.)
+  bool any_narrow_or_bf16 = outputs_.empty();
+  for (const at::Tensor& t : outputs_) {
+    const auto format = t.defined() ? torch_compat::FormatOf(t.scalar_type()) : std::nullopt;
+    any_narrow_or_bf16 |= format && (IsNarrow(*format) || *format == Format::kBF16);
+  }
+  if (!any_narrow_or_bf16) return std::nullopt;
   if (KeepsValues(*traits_.handle)) return WideMaxAbs(inputs_, limits_);
   try {
     QuietScope quiet;

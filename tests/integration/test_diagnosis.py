@@ -13,6 +13,7 @@ CASES = [
     (SCRIPTS / "oscillating_scaler.py", "skipped_steps", None),
     (SCRIPTS / "vanishing_gradients.py", "underflow", ""),
     (SCRIPTS / "healthy_training.py", "healthy", ""),
+    (SCRIPTS / "log_of_zero.py", "invalid_math", "aten::log"),
 ]
 
 
@@ -51,3 +52,31 @@ def test_a_nan_in_the_data_blames_the_data_not_an_op(out):
     d = view_json(out)["diagnosis"]
     assert d["title"] == "Non-finite values came in with the data, not from an op"
     assert any("the batch of step 2" in f for f in d["fixes"]), d["fixes"]
+
+
+def test_log_of_zero_in_fp32_is_not_called_an_fp16_overflow(out):
+    # Telling this user to run the op in fp32 or bf16 would send them the
+    # wrong way: the function itself is -inf at 0.
+    r = preload_run([PYTHON, SCRIPTS / "log_of_zero.py"], out)
+    assert r.returncode == 0, r.stderr
+    d = view_json(out)["diagnosis"]
+    assert d["title"] == ("Not an fp16 overflow: aten::log made inf/NaN from finite "
+                          "inputs at step 5")
+    evidence = " ".join(d["evidence"])
+    assert "-inf=" in evidence and "log_of_zero.py:14" in evidence
+    assert "a logarithm of 0 is -inf" in evidence
+    fixes = " ".join(d["fixes"])
+    assert "clamp_min(eps)" in fixes and "binary_cross_entropy_with_logits" in fixes
+    assert "NANHUNT_FP32_OPS" not in fixes and "bf16" not in fixes
+    assert "recomputed in fp32" not in run([NANHUNT, "view", out]).stdout
+
+
+def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
+    r = preload_run([PYTHON, SCRIPTS / "sqrt_of_negative_fp16.py"], out)
+    assert r.returncode == 0, r.stderr
+    d = view_json(out)["diagnosis"]
+    assert d["kind"] == "invalid_math" and d["op"] == "aten::sqrt", d
+    evidence = " ".join(d["evidence"])
+    assert "recomputed in fp32 it is not finite either" in evidence
+    assert "E[x^2] - E[x]^2" in evidence
+    assert "torch.var" in " ".join(d["fixes"])

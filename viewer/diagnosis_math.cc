@@ -1,0 +1,101 @@
+#include "viewer/diagnosis_math.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace nanhunt {
+namespace {
+
+// What makes a family of functions non-finite on finite inputs, and what an
+// expert does about it.
+struct Singularity {
+  std::initializer_list<const char*> ops;
+  const char* cause;
+  const char* fix;
+};
+
+const Singularity kSingularities[] = {
+    {{"aten::log", "aten::log2", "aten::log10", "aten::log1p", "aten::xlogy"},
+     "a logarithm of 0 is -inf, of a negative number NaN",
+     "clamp the argument away from 0 (x.clamp_min(eps)), or stay in log space: "
+     "F.logsigmoid, F.binary_cross_entropy_with_logits, F.log_softmax, "
+     "torch.logsumexp"},
+    {{"aten::div", "aten::div_", "aten::reciprocal", "aten::rsqrt", "aten::true_divide",
+      "aten::remainder", "aten::fmod"},
+     "a division by 0 is inf (0/0 is NaN)",
+     "keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps)), or mask "
+     "the entries where it is 0"},
+    {{"aten::sqrt", "aten::pow", "aten::float_power"},
+     "a square root or fractional power of a negative number is NaN (a variance "
+     "computed by hand as E[x^2] - E[x]^2 can come out negative)",
+     "clamp the argument at 0 (x.clamp_min(0)), or use torch.var, torch.std, "
+     "F.layer_norm, which compute it stably"},
+    {{"aten::exp", "aten::exp2", "aten::expm1", "aten::sinh", "aten::cosh"},
+     "exp passes even fp32's range from about 88.7 on",
+     "subtract the maximum first, as torch.logsumexp, F.softmax and "
+     "F.log_softmax do"},
+    {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
+     "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
+     "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))"},
+};
+
+const Singularity* SingularityOf(const FindingRow& f) {
+  for (const Singularity& s : kSingularities) {
+    for (const char* op : s.ops) {
+      if (f.op == op || f.top_op == op) return &s;
+    }
+  }
+  return nullptr;
+}
+
+bool HasFp32Range(const std::string& dtype) {
+  return dtype == "float32" || dtype == "float64" || dtype == "bfloat16";
+}
+
+std::string WhatCameOut(const FindingRow& f) {
+  std::string out;
+  auto add = [&](const char* what, int64_t n) {
+    if (n > 0) absl::StrAppend(&out, out.empty() ? "" : ", ", what, "=", n);
+  };
+  add("NaN", f.nan);
+  add("+inf", f.posinf);
+  add("-inf", f.neginf);
+  return absl::StrCat(out, " of ", f.elements);
+}
+
+}  // namespace
+
+std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
+  const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
+  const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
+  if (!recomputed_non_finite && !wide) return std::nullopt;
+  const Singularity* singular = SingularityOf(f);
+  Diagnosis d;
+  d.kind = "invalid_math";
+  d.op = f.op;
+  d.title = absl::StrCat("Not an fp16 overflow: ", f.op,
+                         f.phase == "forward" ? "" : " (" + f.phase + ")",
+                         " made inf/NaN from finite inputs at step ", f.step);
+  d.evidence.push_back(absl::StrCat(
+      "step ", f.step, ": ", f.op,
+      f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
+      " gave ", f.dtype, " outputs with ", WhatCameOut(f),
+      f.source.empty() ? "" : ", at " + f.source));
+  d.evidence.push_back(
+      HasFp32Range(f.dtype)
+          ? absl::StrCat("the outputs are ", f.dtype,
+                         ", with fp32's range: fp16's limit is not what broke")
+          : "recomputed in fp32 it is not finite either: more range would not help");
+  if (singular != nullptr) d.evidence.push_back(singular->cause);
+  if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  if (singular != nullptr) d.fixes.push_back(singular->fix);
+  d.fixes.push_back(
+      "look at the inputs at that step for zeros, negative numbers or huge "
+      "values (NANHUNT_ON_NONFINITE=raise with NANHUNT_SNAPSHOT_DIR saves them)");
+  (void)s;
+  return d;
+}
+
+}  // namespace nanhunt

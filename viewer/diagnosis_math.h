@@ -1,0 +1,18 @@
+// A diagnosis class of its own: inf/NaN that fp16's range did not cause.
+// log(0), a division by zero, the square root of a negative number give
+// inf/NaN in any precision; telling the user to run that op in fp32 or bf16
+// would send them the wrong way.
+#pragma once
+
+#include <optional>
+
+#include "viewer/diagnosis.h"
+
+namespace nanhunt {
+
+// The `invalid_math` diagnosis when the first origin `f` is not an fp16
+// range problem: its outputs are in a format with fp32's range, or its fp32
+// recomputation is not finite either. Otherwise nullopt.
+std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f);
+
+}  // namespace nanhunt
