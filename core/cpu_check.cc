@@ -1,6 +1,7 @@
 #include "core/cpu_check.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 namespace nanhunt {
@@ -103,6 +104,15 @@ CheckCounts CheckHostBuffer(Format format, const void* data, int64_t count,
       return CheckTyped<Format::kF8E5M2>(data, count, limits);
   }
   return CheckCounts{};
+}
+
+CheckCounts CountScalar(double value) {
+  CheckCounts c;
+  c.elements = 1;
+  c.nan = std::isnan(value);
+  c.posinf = std::isinf(value) && value > 0;
+  c.neginf = std::isinf(value) && value < 0;
+  return c;
 }
 
 }  // namespace nanhunt

@@ -15,4 +15,10 @@ namespace nanhunt {
 CheckCounts CheckHostBuffer(Format format, const void* data, int64_t count,
                             const CheckLimits& limits);
 
+
+// The counts of one scalar argument (a Python float given to an op), as a
+// tensor of one value would have them. max_abs_bits stays 0: scalars are
+// described by their value.
+CheckCounts CountScalar(double value);
+
 }  // namespace nanhunt

@@ -8,8 +8,8 @@ constexpr uint64_t kMaxParents = 4096;
 // The OpContext of an op classified after the fact.
 class LateContext final : public OpContext {
  public:
-  LateContext(const LateOp& op, const std::function<bool(const void*)>& known)
-      : op_(op), known_(known) {}
+  LateContext(const LateOp& op, const std::function<StorageState(const void*)>& state_of)
+      : op_(op), state_of_(state_of) {}
   std::vector<InputFacts> Inputs() override {
     std::vector<InputFacts> facts;
     for (const LateInput& in : op_.inputs) {
@@ -22,10 +22,21 @@ class LateContext final : public OpContext {
       if (in.checked_on_host) {
         f.counts = in.counts;
         f.max_abs = in.max_abs;
-      } else if (in.storage != nullptr && known_(in.storage)) {
-        // Made by an earlier op whose result said so.
-        f.counts.nan = 1;
-        f.produced_by_op = true;
+      } else if (in.storage != nullptr) {
+        // Made by an earlier op whose result said so (the counts are a
+        // placeholder: inf/NaN, or a mask's -inf).
+        switch (state_of_(in.storage)) {
+          case StorageState::kNonFinite:
+            f.counts.nan = 1;
+            f.produced_by_op = true;
+            break;
+          case StorageState::kDeliberate:
+            f.counts.neginf = 1;
+            f.deliberate = true;
+            break;
+          case StorageState::kFinite:
+            break;
+        }
       }
       // Otherwise: made by an earlier op found finite, or never written
       // by an op in this process (parameters as loaded): finite.
@@ -40,16 +51,16 @@ class LateContext final : public OpContext {
 
  private:
   const LateOp& op_;
-  const std::function<bool(const void*)>& known_;
+  const std::function<StorageState(const void*)>& state_of_;
 };
 
 }  // namespace
 
 LateOps::LateOps(Monitor* monitor,
-                 std::function<bool(const void*)> known_nonfinite,
-                 std::function<void(const void*, bool)> remember)
+                 std::function<StorageState(const void*)> state_of,
+                 std::function<void(const void*, StorageState)> remember)
     : monitor_(monitor),
-      known_nonfinite_(std::move(known_nonfinite)),
+      state_of_(std::move(state_of)),
       remember_(std::move(remember)) {}
 
 bool LateOps::Wanted(const std::string& op) const {
@@ -83,13 +94,18 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
       parent_warning_.erase(it);
     }
   }
-  LateContext context(*op, known_nonfinite_);
+  LateContext context(*op, state_of_);
   const Verdict verdict = monitor_->OnOp(event, context);
   bool any_nonfinite = false;
   for (size_t i = 0; i < op->outputs.size(); ++i) {
     const bool bad = AnyNonFinite(op->outputs[i].counts);
-    any_nonfinite |= bad;
-    if (op->output_storages[i] != nullptr) remember_(op->output_storages[i], bad);
+    any_nonfinite |= bad && verdict != Verdict::kMasked;
+    if (op->output_storages[i] != nullptr) {
+      remember_(op->output_storages[i], !bad ? StorageState::kFinite
+                                        : verdict == Verdict::kMasked
+                                            ? StorageState::kDeliberate
+                                            : StorageState::kNonFinite);
+    }
   }
   {
     absl::MutexLock lock(&mu_);

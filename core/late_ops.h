@@ -61,10 +61,10 @@ struct LateOp {
 
 class LateOps {
  public:
-  // `known_nonfinite` / `remember` read and write the registry of storages
-  // whose last check found non-finite values (shared with the CPU path).
-  LateOps(Monitor* monitor, std::function<bool(const void*)> known_nonfinite,
-          std::function<void(const void*, bool)> remember);
+  // `state_of` / `remember` read and write the registry of storages: what
+  // the last check of each found (shared with the CPU path).
+  LateOps(Monitor* monitor, std::function<StorageState(const void*)> state_of,
+          std::function<void(const void*, StorageState)> remember);
 
   // Whether ops named `op` should capture their source line at enqueue.
   bool Wanted(const std::string& op) const;
@@ -83,8 +83,8 @@ class LateOps {
 
  private:
   Monitor* const monitor_;
-  const std::function<bool(const void*)> known_nonfinite_;
-  const std::function<void(const void*, bool)> remember_;
+  const std::function<StorageState(const void*)> state_of_;
+  const std::function<void(const void*, StorageState)> remember_;
   std::function<void(const LateOp&, Verdict)> on_verdict_;
   mutable absl::Mutex mu_;
   absl::flat_hash_set<std::string> wanted_ ABSL_GUARDED_BY(mu_);

@@ -1,11 +1,13 @@
 #include "core/monitor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/op_policy.h"
 #include "core/trace_writer.h"
 
 namespace nanhunt {
@@ -102,6 +104,13 @@ int64_t Monitor::step() const {
 int64_t Monitor::findings() const {
   absl::MutexLock lock(&mu_);
   return findings_;
+}
+
+std::vector<std::string> Monitor::mask_ops() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ops(mask_ops_.begin(), mask_ops_.end());
+  std::sort(ops.begin(), ops.end());
+  return ops;
 }
 
 std::optional<FindingRow> Monitor::first_origin() const {
@@ -205,6 +214,25 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
   return Position{steps_.step(), refined};
 }
 
+bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
+                        std::vector<InputFacts>& inputs) {
+  if (total.nan != 0 || !CarriesMasks(e.op)) return false;
+  bool any_deliberate = false;
+  for (InputFacts& in : inputs) {
+    // A ±inf scalar the program itself hands to a fill is a mask (also as
+    // it reaches the in-place fill inside: masked_fill -> masked_fill_). A
+    // fill inside an op that computes got its scalar from that kernel.
+    if (in.dtype == "scalar" && in.counts.nan == 0 && PlacesScalar(e.op) &&
+        (e.top_op.empty() || PlacesScalar(e.top_op))) {
+      in.deliberate = true;
+    }
+    if (!in.checked || !AnyNonFinite(in.counts)) continue;
+    if (!in.deliberate || in.counts.nan != 0) return false;
+    any_deliberate = true;
+  }
+  return any_deliberate;
+}
+
 Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
                                    Format format, OpContext& context) {
   Verdict verdict = Verdict::kOrigin;
@@ -213,12 +241,24 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     verdict = Verdict::kPropagated;
   } else {
     inputs = context.Inputs();
+    if (IsMasking(e, total, inputs)) {
+      absl::MutexLock lock(&mu_);
+      --step_nonfinite_ops_;  // a mask is not a non-finite step
+      mask_ops_.insert(std::string(e.op));
+      return Verdict::kMasked;
+    }
     for (const auto& in : inputs) {
       if (in.unknown_before && !e.top_op.empty()) {
         verdict = Verdict::kPropagated;  // deferred to the enclosing op
         break;
       }
       if (!in.checked || !AnyNonFinite(in.counts)) continue;
+      if (in.deliberate) {
+        // A mask's ±inf are known and meant: inf made of them is carried
+        // along; NaN made of them (a fully masked row) is this op's doing.
+        if (total.nan == 0) verdict = Verdict::kPropagated;
+        continue;
+      }
       if (in.produced_by_op) {
         verdict = Verdict::kPropagated;
       } else if (verdict != Verdict::kPropagated) {

@@ -58,7 +58,14 @@ struct InputFacts {
   // Known at the op's start to hold what a collective wrote (ops judged
   // after the fact, when the memory may have been reused since).
   bool from_collective = false;
+  // Its non-finite values are ±inf a mask put there on purpose (see
+  // PlacesScalar in core/op_policy.h), not a problem by themselves.
+  bool deliberate = false;
 };
+
+// What the registry of storages (kept by the plugin) knows of a tensor's
+// memory after the last op that wrote it was judged.
+enum class StorageState { kFinite, kNonFinite, kDeliberate };
 
 // What the monitor may ask about an op whose outputs were not finite (or
 // came near the limit). Called at most once per method per op, only when
@@ -101,7 +108,9 @@ struct OpEvent {
 };
 
 // kWarned: finite, but a near-max finding was recorded for it.
-enum class Verdict { kClean, kWarned, kOrigin, kInput, kPropagated };
+// kMasked: its only inf came from deliberate masks (no finding; its outputs
+// are deliberate in turn).
+enum class Verdict { kClean, kWarned, kOrigin, kInput, kPropagated, kMasked };
 
 class Monitor {
  public:
@@ -164,6 +173,10 @@ class Monitor {
   std::optional<FindingRow> last_origin() const;
   int64_t findings() const;
 
+  // Ops whose inf were only deliberate masks (Verdict::kMasked), sorted:
+  // their op_stats count those ±inf, the viewer tells them apart.
+  std::vector<std::string> mask_ops() const;
+
   // Sets a callback for lines meant for the user's stderr (warnings, the
   // first origin). Default: none.
   void set_notify(std::function<void(const std::string&)> notify);
@@ -191,6 +204,11 @@ class Monitor {
                          const CheckCounts& total, Format format) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(FindingRow row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Non-finite outputs that are only masks carried along: inf (no NaN)
+  // from deliberate ±inf inputs through an op that carries masks. Marks
+  // the deliberate scalar inputs it finds.
+  static bool IsMasking(const OpEvent& e, const CheckCounts& total,
+                        std::vector<InputFacts>& inputs);
   Verdict ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
                             Format format, OpContext& context)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -220,6 +238,7 @@ class Monitor {
   // the bookkeeping after the last step (logging, saving).
   bool step_trained_ ABSL_GUARDED_BY(mu_) = false;
   int64_t findings_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<std::string> mask_ops_ ABSL_GUARDED_BY(mu_);
   std::optional<FindingRow> first_origin_ ABSL_GUARDED_BY(mu_);
   std::optional<FindingRow> last_origin_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> notify_ ABSL_GUARDED_BY(mu_);

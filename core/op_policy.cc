@@ -2,10 +2,22 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace nanhunt {
+namespace {
+
+// Whether `op` is one of `names`.
+template <size_t N>
+bool Named(const absl::string_view (&names)[N], absl::string_view op) {
+  return std::find(std::begin(names), std::end(names), op) != std::end(names);
+}
+
+}  // namespace
 
 bool OutputsAreUninitialised(absl::string_view op) {
   for (absl::string_view prefix :
@@ -33,10 +45,7 @@ bool CopiesValues(absl::string_view op) {
       "aten::repeat",         "aten::flip",           "aten::roll",
       "aten::narrow_copy",    "aten::expand_copy",    "aten::permute_copy",
       "aten::_reshape_copy",  "aten::constant_pad_nd", "aten::index"};
-  for (absl::string_view name : kOps) {
-    if (op == name) return true;
-  }
-  return false;
+  return Named(kOps, op);
 }
 
 bool FillsWithScalar(absl::string_view op) {
@@ -44,10 +53,34 @@ bool FillsWithScalar(absl::string_view op) {
       "aten::zero_",     "aten::zeros",     "aten::zeros_like", "aten::new_zeros",
       "aten::ones",      "aten::ones_like", "aten::new_ones",   "aten::fill_",
       "aten::full",      "aten::full_like", "aten::new_full",   "aten::scalar_tensor"};
-  for (absl::string_view name : kOps) {
-    if (op == name) return true;
-  }
-  return false;
+  return Named(kOps, op);
+}
+
+bool PlacesScalar(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::fill_",      "aten::fill",          "aten::full",         "aten::full_like",
+      "aten::new_full",   "aten::scalar_tensor", "aten::masked_fill",  "aten::masked_fill_",
+      "aten::index_fill", "aten::index_fill_",   "aten::where"};
+  return Named(kOps, op);
+}
+
+bool CarriesMasks(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::add",        "aten::add_",        "aten::sub",          "aten::sub_",
+      "aten::mul",        "aten::mul_",        "aten::div",          "aten::div_",
+      "aten::neg",        "aten::maximum",     "aten::minimum",      "aten::clamp",
+      "aten::clamp_min",  "aten::clamp_max",   "aten::where",        "aten::masked_fill",
+      "aten::masked_fill_", "aten::index_fill", "aten::index_fill_", "aten::fill_",
+      "aten::triu",       "aten::tril",        "aten::triu_",        "aten::tril_",
+      "aten::clone",      "aten::contiguous",  "aten::_to_copy",     "aten::to",
+      "aten::copy_",      "aten::cat",         "aten::stack",        "aten::repeat",
+      "aten::expand_copy", "aten::index",      "aten::index_select", "aten::gather",
+      "aten::_log_softmax", "aten::log_softmax", "aten::full",       "aten::full_like",
+      "aten::new_full",   "aten::scalar_tensor", "aten::_unsafe_view", "aten::flip",
+      "aten::roll",       "aten::constant_pad_nd", "aten::pad",      "aten::abs",
+      "aten::amax",       "aten::amin",        "aten::max",          "aten::min",
+      "aten::relu"};
+  return Named(kOps, op);
 }
 
 bool MatchesOpPattern(absl::string_view op, absl::string_view overload,

@@ -27,6 +27,18 @@ bool CopiesValues(absl::string_view op);
 // output is known from the scalar, so only a non-finite scalar is news.
 bool FillsWithScalar(absl::string_view op);
 
+// Masks: -inf (or +inf) put into a tensor on purpose, as attention code
+// does (`scores.masked_fill(mask, float("-inf"))`, `torch.full(..., -inf)`).
+// Ops that place a scalar argument into memory as it is: a ±inf scalar
+// given to one of them by the program (a top-level call) is deliberate.
+bool PlacesScalar(absl::string_view op);
+// Ops through which deliberate ±inf stay deliberate as long as no NaN
+// comes out: arithmetic with finite values, selection, layout changes,
+// max/min/abs, and log_softmax (whose masked entries stay -inf). Other ops
+// that make inf from a mask pass it on as non-finite values (propagated);
+// NaN made from a mask (a row masked entirely) is always an origin.
+bool CarriesMasks(absl::string_view op);
+
 // Whether `op` ("aten::bmm", or with its overload, "aten::add.Tensor")
 // matches one of `patterns` (names or shell globs as in NANHUNT_FP32_OPS).
 // A pattern without a '.' matches every overload of the name.

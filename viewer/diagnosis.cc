@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/check_limits.h"
 #include "viewer/diagnosis_math.h"
 
@@ -330,8 +331,11 @@ Diagnosis Diagnose(const RunSummary& s) {
         "if it keeps growing it will overflow: NANHUNT_FP32_OPS=auto switches "
         "such ops to fp32 before they do"));
   } else {
-    d.evidence.push_back(absl::StrCat("every checked output of ", s.steps,
-                                      " steps was finite"));
+    d.evidence.push_back(absl::StrCat(
+        "every checked output of ", s.steps, " steps was finite",
+        s.mask_ops.empty() ? ""
+                           : absl::StrCat(", apart from deliberate ±inf masks (",
+                                          absl::StrJoin(s.mask_ops, ", "), ")")));
   }
   return d;
 }

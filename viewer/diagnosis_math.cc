@@ -35,6 +35,12 @@ const Singularity kSingularities[] = {
      "exp passes even fp32's range from about 88.7 on",
      "subtract the maximum first, as torch.logsumexp, F.softmax and "
      "F.log_softmax do"},
+    {{"aten::_softmax", "aten::softmax", "aten::_log_softmax", "aten::log_softmax",
+      "aten::_safe_softmax"},
+     "a softmax over a row whose every entry is -inf (every position masked) is "
+     "NaN",
+     "keep at least one position of every row unmasked, or mask with a large "
+     "negative number (torch.finfo(dtype).min) instead of -inf"},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
      "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))"},

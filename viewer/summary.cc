@@ -231,6 +231,10 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       }
       if (first != nullptr) s.ranks.push_back({rank->second, *first});
     }
+    std::vector<absl::string_view> trace_masks;
+    if (auto it = t.meta.find("mask_ops"); it != t.meta.end()) {
+      trace_masks = absl::StrSplit(it->second, ',', absl::SkipEmpty());
+    }
     for (const OpTotals& o : t.ops) {
       OpTotals& m = ops[{o.op, o.phase}];
       m.op = o.op;
@@ -248,7 +252,10 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       PhaseTotals& p = phases[o.phase];
       p.phase = o.phase;
       p.calls += o.calls;
-      p.nonfinite_values += o.nonfinite();
+      // A mask's ±inf are not the phase's non-finite values.
+      const bool mask = o.nan == 0 && std::find(trace_masks.begin(), trace_masks.end(),
+                                                o.op) != trace_masks.end();
+      if (!mask) p.nonfinite_values += o.nonfinite();
       p.near_max += o.near_max;
       p.underflow += o.underflow;
       p.elements += o.elements;
@@ -285,6 +292,13 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
         s.fp32_policy = p->second;
       }
     }
+    if (auto it = t.meta.find("mask_ops"); it != t.meta.end()) {
+      for (absl::string_view op : absl::StrSplit(it->second, ',', absl::SkipEmpty())) {
+        if (std::find(s.mask_ops.begin(), s.mask_ops.end(), op) == s.mask_ops.end()) {
+          s.mask_ops.emplace_back(op);
+        }
+      }
+    }
     if (auto it = t.meta.find("autocast_switched_to_bf16"); it != t.meta.end()) {
       int64_t n = 0;
       if (absl::SimpleAtoi(it->second, &n)) s.bf16_switches += n;
@@ -308,8 +322,15 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
     }
   }
-  for (auto& [key, o] : ops) s.ops.push_back(o);
+  std::sort(s.mask_ops.begin(), s.mask_ops.end());
+  for (auto& [key, o] : ops) {
+    o.mask = o.nan == 0 && o.nonfinite() > 0 &&
+             std::binary_search(s.mask_ops.begin(), s.mask_ops.end(), o.op);
+    s.ops.push_back(o);
+  }
+  // Masks are ±inf on purpose: ranked after every op that computes.
   std::sort(s.ops.begin(), s.ops.end(), [](const OpTotals& a, const OpTotals& b) {
+    if (a.mask != b.mask) return !a.mask;
     if (a.max_abs != b.max_abs) return a.max_abs > b.max_abs;
     return a.op < b.op;
   });
@@ -489,11 +510,16 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     const OpTotals& o = s.ops[i];
     absl::StrAppend(&out, absl::StrFormat("  %-29s %-9s %9d %10s %9s %9d %10d  %s\n",
                                           Fit(o.op, 29), o.phase, o.calls,
-                                          FormatAbs(o.max_abs), OfLimit(o.max_abs),
+                                          o.mask ? "mask" : FormatAbs(o.max_abs),
+                                          o.mask ? "-" : OfLimit(o.max_abs),
                                           o.near_max, o.nonfinite(), Trend(o)));
   }
   absl::StrAppend(&out, "  trend: max|x| per quarter of the run against 65504, "
                         "_ low .. # at the limit, ! inf/NaN\n");
+  if (!s.mask_ops.empty()) {
+    absl::StrAppend(&out, "  mask: ±inf put there on purpose, never a finding: ",
+                    Fit(absl::StrJoin(s.mask_ops, ", "), w - 52), "\n");
+  }
 
   absl::StrAppend(&out, "\n", bold, "BY PHASE", reset, "\n");
   for (const PhaseTotals& p : s.phases) {
@@ -685,6 +711,9 @@ std::string RenderJson(const RunSummary& s) {
     j.EndObject();
   }
   j.EndArray();
+  j.Key("mask_ops").BeginArray();
+  for (const std::string& op : s.mask_ops) j.String(op);
+  j.EndArray();
   j.Key("ops").BeginArray();
   for (const OpTotals& o : s.ops) {
     j.BeginObject();
@@ -692,7 +721,8 @@ std::string RenderJson(const RunSummary& s) {
     j.Key("phase").String(o.phase);
     j.Key("calls").Int(o.calls);
     j.Key("max_abs").Number(o.max_abs);
-    j.Key("overflowed").Bool(std::isinf(o.max_abs));
+    j.Key("overflowed").Bool(std::isinf(o.max_abs) && !o.mask);
+    j.Key("mask").Bool(o.mask);
     j.Key("near_max").Int(o.near_max);
     j.Key("nonfinite").Int(o.nonfinite());
     j.Key("underflow").Int(o.underflow);

@@ -43,6 +43,9 @@ struct RunSummary {
   std::vector<std::pair<std::string, int64_t>> fp32_ops;  // op, calls in fp32
   std::vector<std::string> fp32_learned;  // NANHUNT_FP32_OPS=auto
   std::string fp32_policy;                // where auto wrote them
+  // Ops whose inf were deliberate masks (masked_fill(-inf) and what carries
+  // them): counted in op_stats, never findings.
+  std::vector<std::string> mask_ops;
   int64_t bf16_switches = 0;              // autocast regions run in bf16
   std::vector<SkipRow> nanhunt_skips;     // NANHUNT_SKIP_NONFINITE_STEPS
   // NANHUNT_MODE=sample: how op calls were sampled ("torch", "hash"; empty

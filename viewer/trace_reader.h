@@ -22,6 +22,8 @@ struct OpTotals {
   // max |x| in each quarter of the run's steps (+inf: non-finite): the
   // trend; 0 where the op did not run.
   double quarters[4] = {0, 0, 0, 0};
+  // Its inf were deliberate masks (meta mask_ops) and it made no NaN.
+  bool mask = false;
   int64_t nonfinite() const { return nan + posinf + neginf; }
 };
 

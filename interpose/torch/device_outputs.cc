@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "core/cpu_check.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
@@ -101,7 +103,7 @@ const CudaLibrary& Library(Session& session) {
     } else {
       g_with_kernels.store(l);
     }
-    g_late = new LateOps(&session.monitor(), &KnownNonFiniteStorage, &RememberStorage);
+    g_late = new LateOps(&session.monitor(), &StorageStateOf, &RememberStorage);
     if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
     // Python tears CUDA down before C's atexit handlers run: drain from
     // Python's own atexit, while results can still be read.
@@ -189,6 +191,17 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->step = position.step;
   op->phase = position.phase;
   const CheckLimits& limits = session.monitor().limits();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    // A non-finite scalar argument (masked_fill(mask, -inf), full(inf)):
+    // known now, as on the CPU path.
+    if (!inputs[i].isDouble() || std::isfinite(inputs[i].toDouble())) continue;
+    LateInput in;
+    in.arg_index = static_cast<int>(i);
+    in.dtype = "scalar";
+    in.checked_on_host = true;
+    in.counts = CountScalar(inputs[i].toDouble());
+    op->inputs.push_back(std::move(in));
+  }
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !torch_compat::FormatOf(t.scalar_type())) return;
     LateInput in;

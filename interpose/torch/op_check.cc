@@ -34,7 +34,9 @@ struct QuietScope {
 
 absl::Mutex g_registry_mu;
 // Leaked on purpose: used by callbacks until the process ends.
-auto* g_nonfinite = new absl::flat_hash_set<const void*>();
+// Storages whose last check found inf/NaN: kNonFinite, or kDeliberate
+// when they were a mask's ±inf. Finite ones are not kept.
+auto* g_nonfinite = new absl::flat_hash_map<const void*, StorageState>();
 std::atomic<size_t> g_nonfinite_size{0};
 
 }  // namespace
@@ -305,33 +307,43 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs,
   }
 }
 
-void RememberChecked(const at::Tensor& t, bool nonfinite) {
-  RememberStorage(StorageKey(t), nonfinite);
+void RememberChecked(const at::Tensor& t, StorageState state) {
+  RememberStorage(StorageKey(t), state);
 }
 
-void RememberStorage(const void* key, bool nonfinite) {
+void RememberStorage(const void* key, StorageState state) {
   if (key == nullptr) return;
-  if (!nonfinite && g_nonfinite_size.load(std::memory_order_relaxed) == 0) {
+  if (state == StorageState::kFinite &&
+      g_nonfinite_size.load(std::memory_order_relaxed) == 0) {
     return;  // the common case: nothing to forget, no lock
   }
   absl::MutexLock lock(&g_registry_mu);
-  if (nonfinite) {
+  if (state != StorageState::kFinite) {
     // Bounded: once non-finite values are everywhere, forgetting old
     // storages only makes later inputs look external, never hides one.
     if (g_nonfinite->size() >= (1u << 16)) g_nonfinite->clear();
-    g_nonfinite->insert(key);
+    (*g_nonfinite)[key] = state;
   } else {
     g_nonfinite->erase(key);
   }
   g_nonfinite_size.store(g_nonfinite->size(), std::memory_order_relaxed);
 }
 
-bool KnownNonFinite(const at::Tensor& t) { return KnownNonFiniteStorage(StorageKey(t)); }
-
-bool KnownNonFiniteStorage(const void* key) {
-  if (key == nullptr) return false;
+StorageState StorageStateOf(const void* key) {
+  if (key == nullptr || g_nonfinite_size.load(std::memory_order_relaxed) == 0) {
+    return StorageState::kFinite;
+  }
   absl::MutexLock lock(&g_registry_mu);
-  return g_nonfinite->contains(key);
+  auto it = g_nonfinite->find(key);
+  return it == g_nonfinite->end() ? StorageState::kFinite : it->second;
+}
+
+bool KnownNonFinite(const at::Tensor& t) {
+  return StorageStateOf(StorageKey(t)) == StorageState::kNonFinite;
+}
+
+bool KnownDeliberate(const at::Tensor& t) {
+  return StorageStateOf(StorageKey(t)) == StorageState::kDeliberate;
 }
 
 std::optional<ScalerUpdate> ReadScalerUpdate(const std::vector<c10::IValue>& inputs) {
@@ -377,6 +389,9 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
       MergeCounts(f.counts, facts.counts);
       f.max_abs = std::max(f.max_abs, MaxAbs(facts.format, facts.counts));
       if (AnyNonFinite(facts.counts) && KnownNonFinite(t)) f.produced_by_op = true;
+      if (AnyNonFinite(facts.counts) && facts.counts.nan == 0 && KnownDeliberate(t)) {
+        f.deliberate = true;
+      }
     });
     if (f.checked) result.push_back(std::move(f));
   }
@@ -386,16 +401,18 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
 void CarryNonFinite(const std::vector<c10::IValue>& inputs,
                     const std::vector<c10::IValue>& outputs) {
   if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return;
-  bool carried = false;
+  StorageState carried = StorageState::kFinite;
   for (const c10::IValue& v : inputs) {
     ForEachTensor(v, [&](const at::Tensor& t) {
-      carried = carried || (t.defined() && KnownNonFinite(t));
+      if (!t.defined() || carried == StorageState::kNonFinite) return;
+      const StorageState state = StorageStateOf(StorageKey(t));
+      if (state != StorageState::kFinite) carried = state;
     });
   }
-  if (!carried) return;
+  if (carried == StorageState::kFinite) return;
   for (const c10::IValue& v : outputs) {
     ForEachTensor(v, [&](const at::Tensor& t) {
-      if (t.defined()) RememberChecked(t, /*nonfinite=*/true);
+      if (t.defined()) RememberChecked(t, carried);
     });
   }
 }
@@ -424,10 +441,7 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
       f.arg_index = static_cast<int>(i);
       f.dtype = "scalar";
       f.checked = true;
-      f.counts.elements = 1;
-      f.counts.nan = std::isnan(d);
-      f.counts.posinf = std::isinf(d) && d > 0;
-      f.counts.neginf = std::isinf(d) && d < 0;
+      f.counts = CountScalar(d);
       f.max_abs = std::isnan(d) ? 0 : std::fabs(d);
       if (AnyNonFinite(f.counts)) result.push_back(f);
       continue;
@@ -435,6 +449,11 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
     if (std::find(traits_.out_args.begin(), traits_.out_args.end(),
                   static_cast<int>(i)) != traits_.out_args.end()) {
       continue;  // out=: its old values do not flow into the result
+    }
+    if (traits_.fills_with_scalar &&
+        std::find(traits_.written_args.begin(), traits_.written_args.end(),
+                  static_cast<int>(i)) != traits_.written_args.end()) {
+      continue;  // fill_'s self holds its result now, and none of its past
     }
     const InputFacts* before = nullptr;
     for (const InputFacts& w : written_before_) {
@@ -460,6 +479,8 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         f.counts = facts.counts;
         f.max_abs = MaxAbs(facts.format, facts.counts);
         f.produced_by_op = AnyNonFinite(f.counts) && KnownNonFinite(t);
+        f.deliberate =
+            AnyNonFinite(f.counts) && f.counts.nan == 0 && KnownDeliberate(t);
       }
       result.push_back(std::move(f));
     });

@@ -86,12 +86,13 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs,
 // Storages whose last check found non-finite values, so that a non-finite
 // input can be told apart: produced by an earlier op, or arrived from
 // outside (a data batch). Thread-safe.
-void RememberChecked(const at::Tensor& t, bool nonfinite);
+void RememberChecked(const at::Tensor& t, StorageState state);
 bool KnownNonFinite(const at::Tensor& t);
+bool KnownDeliberate(const at::Tensor& t);  // a mask's ±inf
 // The same by storage (StorageKey), for results that arrive after the op.
 const void* StorageKey(const at::Tensor& t);
-void RememberStorage(const void* key, bool nonfinite);
-bool KnownNonFiniteStorage(const void* key);
+void RememberStorage(const void* key, StorageState state);
+StorageState StorageStateOf(const void* key);
 
 // For ops that are not checked because they only copy values: their
 // outputs are known non-finite when an input was. Cheap while nothing is

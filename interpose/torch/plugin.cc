@@ -166,7 +166,10 @@ void EscalateSampling(Session& session, const std::string& why, int64_t step = -
 // A checked op's verdict in sample mode: non-finite values, or a jump in
 // the op's headroom (the monitor warns when its max |x| grows), escalate.
 void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict) {
-  if (verdict == Verdict::kClean || session.sampler() == nullptr) return;
+  if (verdict == Verdict::kClean || verdict == Verdict::kMasked ||
+      session.sampler() == nullptr) {
+    return;
+  }
   EscalateSampling(session, absl::StrCat(op, verdict == Verdict::kWarned
                                                  ? " came near the limit"
                                                  : " had non-finite values"));
@@ -550,8 +553,11 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     StopAtFirstNonFinite(frame, traits, *session);
   }
   for (size_t i = 0; i < ts.output_tensors.size(); ++i) {
+    const bool bad = AnyNonFinite(ts.output_facts[i].counts);
     RememberChecked(ts.output_tensors[i],
-                    AnyNonFinite(ts.output_facts[i].counts));
+                    !bad                           ? StorageState::kFinite
+                    : verdict == Verdict::kMasked ? StorageState::kDeliberate
+                                                  : StorageState::kNonFinite);
   }
   if (strncmp(frame.name, "c10d::", 6) != 0) {
     monitor.ForgetCollective(StoragesOf(fn.outputs()));
@@ -831,6 +837,10 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
       w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));
+      if (Session* s = Session::Get(); s != nullptr) {
+        const std::vector<std::string> masks = s->monitor().mask_ops();
+        if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
+      }
       w.PutMeta("autocast_switched_to_bf16", absl::StrCat(g_autocast_switches.load()));
       w.PutMeta("fp32_ops", Fp32FallbackCounts());
       Session* session = Session::Get();

@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "core/check_ring.h"
 #include "gtest/gtest.h"
@@ -78,11 +79,17 @@ class LateOpsTest : public ::testing::Test {
  protected:
   Config config_;
   Monitor monitor_{config_, nullptr, [] { return 1.0; }};
-  absl::flat_hash_set<const void*> registry_;
+  absl::flat_hash_map<const void*, StorageState> states_;
+  absl::flat_hash_set<const void*> registry_;  // the non-finite ones
   LateOps late_{&monitor_,
-                [this](const void* s) { return registry_.contains(s); },
-                [this](const void* s, bool bad) {
-                  if (bad) registry_.insert(s); else registry_.erase(s);
+                [this](const void* s) {
+                  auto it = states_.find(s);
+                  return it == states_.end() ? StorageState::kFinite : it->second;
+                },
+                [this](const void* s, StorageState state) {
+                  states_[s] = state;
+                  if (state == StorageState::kNonFinite) registry_.insert(s);
+                  else registry_.erase(s);
                 }};
 };
 
@@ -151,6 +158,35 @@ TEST_F(LateOpsTest, AnOpWithoutASourceLineIsWantedNextTimeAndWaitsForAllOutputs)
   EXPECT_TRUE(late_.Wanted("aten::exp"));
   EXPECT_TRUE(registry_.contains(&g_storage[7]));
   EXPECT_FALSE(registry_.contains(&g_storage[6]));
+}
+
+// A -inf mask on the GPU: masked_fill with a -inf scalar, then an add of
+// the mask, then a softmax that is finite: no finding; a row that is
+// entirely masked makes NaN, and that is an origin.
+TEST_F(LateOpsTest, MasksAreCarriedWithoutAFindingUntilTheyMakeNaN) {
+  auto fill = Op(1, "aten::masked_fill", 0, 7);
+  LateInput minus_inf;
+  minus_inf.dtype = "scalar";
+  minus_inf.checked_on_host = true;
+  minus_inf.counts.elements = 1;
+  minus_inf.counts.neginf = 1;
+  fill->inputs.push_back(minus_inf);
+  EXPECT_EQ(late_.OnResult(fill, 0, Counts(4)), Verdict::kMasked);
+  EXPECT_EQ(states_[&g_storage[0]], StorageState::kDeliberate);
+  EXPECT_EQ(late_.OnResult(Op(2, "aten::add", 1, 0), 0, Counts(4)), Verdict::kMasked);
+  EXPECT_EQ(late_.OnResult(Op(3, "aten::_softmax", 2, 1), 0, Counts(0)), Verdict::kClean);
+  EXPECT_FALSE(monitor_.first_origin()) << "a mask is not a finding";
+  CheckCounts nan = Counts(0);
+  nan.nan = 8;
+  EXPECT_EQ(late_.OnResult(Op(4, "aten::_softmax", 3, 1), 0, nan), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.first_origin()->op, "aten::_softmax");
+}
+
+TEST_F(LateOpsTest, InfAnOpThatDoesNotCarryMasksMakesFromOneIsPassedOnAsNonFinite) {
+  states_[&g_storage[0]] = StorageState::kDeliberate;
+  EXPECT_EQ(late_.OnResult(Op(2, "aten::nll_loss_forward", 1, 0), 0, Counts(1)),
+            Verdict::kPropagated);
+  EXPECT_EQ(states_[&g_storage[1]], StorageState::kNonFinite);
 }
 
 }  // namespace

@@ -97,6 +97,58 @@ TEST_F(MonitorTest, UnknownNonFiniteValueInsideAnotherOpDefersToThatOp) {
   EXPECT_EQ(Op("aten::dot", Fp16(1), outer), Verdict::kOrigin);
 }
 
+InputFacts MinusInfScalar() {
+  InputFacts in;
+  in.checked = true;
+  in.dtype = "scalar";
+  in.counts.elements = 1;
+  in.counts.neginf = 1;
+  return in;
+}
+
+TEST_F(MonitorTest, AMaskFilledWithMinusInfIsNoFinding) {
+  // scores.masked_fill(mask, float("-inf")), called by the program.
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false), MinusInfScalar()};
+  EXPECT_EQ(Op("aten::masked_fill", Fp16(4), ctx), Verdict::kMasked);
+  // Carried on: the mask added to scores.
+  FakeContext add;
+  InputFacts mask = Input(false, false);
+  mask.counts.neginf = 4;
+  mask.deliberate = true;
+  add.inputs = {Input(false, false), mask};
+  EXPECT_EQ(Op("aten::add", Fp16(4), add), Verdict::kMasked);
+  EXPECT_FALSE(monitor_.first_origin().has_value());
+  EXPECT_EQ(monitor_.findings(), 0);
+}
+
+TEST_F(MonitorTest, AMaskThatMakesNaNIsAnOriginAndInfFromOneIsCarried) {
+  InputFacts mask = Input(false, false);
+  mask.counts.neginf = 8;
+  mask.deliberate = true;
+  FakeContext softmax;
+  softmax.inputs = {mask};
+  TensorFacts nan = Fp16(0);
+  nan.counts.nan = 8;  // a row with every position masked
+  EXPECT_EQ(Op("aten::_softmax", nan, softmax), Verdict::kOrigin);
+  // An op that does not carry masks passes a mask's inf on, as propagated
+  // non-finite values (a loss over a masked position): no second origin.
+  FakeContext loss;
+  loss.inputs = {mask};
+  EXPECT_EQ(Op("aten::nll_loss_forward", Fp16(1), loss), Verdict::kPropagated);
+}
+
+TEST_F(MonitorTest, InfFromAComputationIsNeverAMask) {
+  // The same -inf scalar from a kernel inside another op (dot's fill_), or
+  // a Python float that overflowed, given to an op that computes.
+  FakeContext nested;
+  nested.inputs = {MinusInfScalar()};
+  EXPECT_EQ(Op("aten::fill_", Fp16(1), nested, "aten::dot"), Verdict::kPropagated);
+  FakeContext mul;
+  mul.inputs = {Input(false, false), MinusInfScalar()};
+  EXPECT_EQ(Op("aten::mul", Fp16(8), mul), Verdict::kInput);
+}
+
 TEST_F(MonitorTest, EnclosingOpOfAnOriginIsNotASecondOrigin) {
   FakeContext ctx;
   ctx.inputs = {Input(false, false)};

@@ -1,0 +1,37 @@
+"""-inf masks are put into attention scores on purpose: nanhunt must not call
+them non-finite data or an origin, and must still catch what a mask can
+break (a row masked entirely makes NaN in softmax)."""
+from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, run, view_json
+
+SCRIPT = SCRIPTS / "masked_attention.py"
+
+
+def test_minus_inf_masks_in_attention_are_healthy(out):
+    r = preload_run([PYTHON, SCRIPT], out)
+    assert r.returncode == 0, r.stderr
+    assert "first non-finite" not in r.stderr, r.stderr
+    j = view_json(out)
+    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
+    assert "aten::masked_fill" in j["mask_ops"] and "aten::full" in j["mask_ops"]
+    assert j["first_origin"] is None
+    assert j["nonfinite_steps"] == []
+    assert findings(out) == [] or all(f["kind"] in ("near_max", "underflow")
+                                      for f in findings(out))
+    masked = [o for o in j["ops"] if o["mask"]]
+    assert masked and not any(o["overflowed"] for o in masked)
+    text = run([NANHUNT, "view", out]).stdout
+    assert "apart from deliberate ±inf masks" in text
+    assert "STEPS  ......" in text
+
+
+def test_a_row_masked_entirely_is_the_origin_of_nan_in_softmax(out):
+    r = preload_run([PYTHON, SCRIPT], out, FULLY_MASKED="3")
+    assert r.returncode == 0, r.stderr
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["kind"], first["op"], first["step"]) == ("origin", "aten::_softmax", 3), first
+    assert first["source"].endswith("masked_attention.py:27 in <module>")
+    d = j["diagnosis"]
+    assert d["kind"] == "invalid_math", d
+    assert "every entry is -inf" in " ".join(d["evidence"])
+    assert "torch.finfo(dtype).min" in " ".join(d["fixes"])
