@@ -1,6 +1,9 @@
 """-inf masks are put into attention scores on purpose: nanhunt must not call
 them non-finite data or an origin, and must still catch what a mask can
 break (a row masked entirely makes NaN in softmax)."""
+import json
+import re
+
 from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, run, view_json
 
 SCRIPT = SCRIPTS / "masked_attention.py"
@@ -35,3 +38,17 @@ def test_a_row_masked_entirely_is_the_origin_of_nan_in_softmax(out):
     assert d["kind"] == "invalid_math", d
     assert "every entry is -inf" in " ".join(d["evidence"])
     assert "torch.finfo(dtype).min" in " ".join(d["fixes"])
+
+
+def test_the_report_neither_charts_nor_counts_masks(out, tmp_path):
+    r = preload_run([PYTHON, SCRIPT], out)
+    assert r.returncode == 0, r.stderr
+    page = tmp_path / "report.html"
+    made = run([NANHUNT, "report", "-o", page, out])
+    assert made.returncode == 0, made.stderr
+    html = page.read_text()
+    nonfinite = re.search(r'"nonfinite":(\[\[.*?\]\])', html).group(1)
+    assert all(n == 0 for _, n in json.loads(nonfinite)), nonfinite
+    charted = re.findall(r'\{"name":"(aten::[a-z_]+) \(', html)
+    assert charted and not set(charted) & {"aten::masked_fill", "aten::masked_fill_",
+                                          "aten::add", "aten::full", "aten::triu"}, charted
