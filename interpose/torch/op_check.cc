@@ -321,7 +321,14 @@ void RememberStorage(const void* key, StorageState state) {
   if (state != StorageState::kFinite) {
     // Bounded: once non-finite values are everywhere, forgetting old
     // storages only makes later inputs look external, never hides one.
-    if (g_nonfinite->size() >= (1u << 16)) g_nonfinite->clear();
+    // Masks go last: a mask buffer made once and read every step would
+    // otherwise come back as "non-finite data" after the purge.
+    if (g_nonfinite->size() >= (1u << 16)) {
+      absl::erase_if(*g_nonfinite, [](const auto& entry) {
+        return entry.second == StorageState::kNonFinite;
+      });
+      if (g_nonfinite->size() >= (1u << 15)) g_nonfinite->clear();
+    }
     (*g_nonfinite)[key] = state;
   } else {
     g_nonfinite->erase(key);
