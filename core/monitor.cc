@@ -222,7 +222,10 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
     // A ±inf scalar the program itself hands to a fill is a mask (also as
     // it reaches the in-place fill inside: masked_fill -> masked_fill_). A
     // fill inside an op that computes got its scalar from that kernel.
-    if (in.dtype == "scalar" && in.counts.nan == 0 && PlacesScalar(e.op) &&
+    // So is a one-value tensor of ±inf that no op made, handed to one
+    // (torch.where(mask, att, torch.tensor(float("-inf")))).
+    const bool one_value = in.dtype == "scalar" || (in.shape == "[]" && !in.produced_by_op);
+    if (one_value && in.counts.nan == 0 && PlacesScalar(e.op) &&
         (e.top_op.empty() || PlacesScalar(e.top_op))) {
       in.deliberate = true;
     }

@@ -60,7 +60,9 @@ bool PlacesScalar(absl::string_view op) {
   static constexpr absl::string_view kOps[] = {
       "aten::fill_",      "aten::fill",          "aten::full",         "aten::full_like",
       "aten::new_full",   "aten::scalar_tensor", "aten::masked_fill",  "aten::masked_fill_",
-      "aten::index_fill", "aten::index_fill_",   "aten::where"};
+      "aten::index_fill", "aten::index_fill_",   "aten::where",
+      // How torch.tensor(float("-inf")) materialises a Python literal.
+      "aten::detach_",    "aten::lift_fresh"};
   return Named(kOps, op);
 }
 
@@ -79,7 +81,7 @@ bool CarriesMasks(absl::string_view op) {
       "aten::new_full",   "aten::scalar_tensor", "aten::_unsafe_view", "aten::flip",
       "aten::roll",       "aten::constant_pad_nd", "aten::pad",      "aten::abs",
       "aten::amax",       "aten::amin",        "aten::max",          "aten::min",
-      "aten::relu"};
+      "aten::relu",       "aten::detach_",     "aten::lift_fresh"};
   return Named(kOps, op);
 }
 

@@ -29,8 +29,10 @@ bool FillsWithScalar(absl::string_view op);
 
 // Masks: -inf (or +inf) put into a tensor on purpose, as attention code
 // does (`scores.masked_fill(mask, float("-inf"))`, `torch.full(..., -inf)`).
-// Ops that place a scalar argument into memory as it is: a ±inf scalar
-// given to one of them by the program (a top-level call) is deliberate.
+// Ops that place a scalar argument into memory as it is: a ±inf scalar, or
+// a one-value tensor no op made, given to one of them by the program (a
+// top-level call) is deliberate. detach_ and lift_fresh are how
+// torch.tensor(float("-inf")) arrives.
 bool PlacesScalar(absl::string_view op);
 // Ops through which deliberate ±inf stay deliberate as long as no NaN
 // comes out: arithmetic with finite values, selection, layout changes,

@@ -138,6 +138,21 @@ TEST_F(MonitorTest, AMaskThatMakesNaNIsAnOriginAndInfFromOneIsCarried) {
   EXPECT_EQ(Op("aten::nll_loss_forward", Fp16(1), loss), Verdict::kPropagated);
 }
 
+TEST_F(MonitorTest, AOneValueMinusInfTensorGivenToWhereIsAMask) {
+  // torch.where(mask, att, torch.tensor(float("-inf"))): made by no op.
+  InputFacts minus_inf = MinusInfScalar();
+  minus_inf.dtype = "float32";
+  minus_inf.shape = "[]";
+  FakeContext where;
+  where.inputs = {Input(false, false), minus_inf};
+  EXPECT_EQ(Op("aten::where", Fp16(4), where), Verdict::kMasked);
+  // A larger tensor of -inf from outside is still data.
+  minus_inf.shape = "[4]";
+  FakeContext data;
+  data.inputs = {Input(false, false), minus_inf};
+  EXPECT_EQ(Op("aten::where", Fp16(4), data), Verdict::kInput);
+}
+
 TEST_F(MonitorTest, InfFromAComputationIsNeverAMask) {
   // The same -inf scalar from a kernel inside another op (dot's fill_), or
   // a Python float that overflowed, given to an op that computes.

@@ -1,7 +1,8 @@
 # Causal self-attention as nanoGPT writes it without flash attention: scores
-# masked with masked_fill(-inf), plus an additive -inf mask built with
-# torch.full(...).triu(1). Healthy. With FULLY_MASKED=<step>, one query row
-# is masked entirely at that step: its softmax is 0/0, NaN.
+# masked with masked_fill(-inf) (or, at odd steps, torch.where with a -inf
+# tensor), plus an additive -inf mask built with torch.full(...).triu(1).
+# Healthy. With FULLY_MASKED=<step>, one query row is masked entirely at
+# that step: its softmax is 0/0, NaN.
 import os
 
 import torch
@@ -23,7 +24,10 @@ for step in range(6):
     keep = causal.clone()
     if step == fully_masked:
         keep[2] = False  # query 2 may attend to nothing
-    att = att.masked_fill(~keep, float("-inf"))
+    if step % 2 == 0:
+        att = att.masked_fill(~keep, float("-inf"))
+    else:
+        att = torch.where(keep, att, torch.tensor(float("-inf")))
     att = F.softmax(att + additive, dim=-1)
     loss = head(att @ v).pow(2).sum()
     opt.zero_grad()
