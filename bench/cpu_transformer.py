@@ -22,7 +22,7 @@ def time_gradient_check(opt):
     times = []
     for _ in range(100):
         start = time.perf_counter()
-        guard._all_finite(guard._gradients(opt))
+        guard._sentinel_later(guard._gradients(opt))  # what sample mode runs
         times.append(time.perf_counter() - start)
     return 1000 * statistics.median(times)
 

@@ -49,7 +49,16 @@ def _norms_finite(tensors, ord, dtype):
     return bool(torch.stack(torch._foreach_norm(tensors, ord, dtype=dtype)).isfinite().all())
 
 
-def _all_finite(grads):
+def _groups(grads):
+    # Gradients by (device, dtype): one foreach reduction per group.
+    groups = {}
+    for _, g in grads:
+        values = g.coalesce().values() if g.is_sparse else g
+        groups.setdefault((values.device, values.dtype), []).append(values)
+    return groups
+
+
+def _groups_finite(groups):
     # A NaN or inf in a tensor makes its 2-norm NaN or inf. The 2-norm is
     # the fast foreach kernel (the max-norm is eight times slower on the
     # CPU: 1.4 ms against 0.17 for a 650k-parameter model), computed in
@@ -57,10 +66,6 @@ def _all_finite(grads):
     # norm is not finite does the exact max-norm decide (finite values so
     # large that their squares overflow). One host read per device and
     # dtype: the read waits for the backward pass, as GradScaler's does.
-    groups = {}
-    for _, g in grads:
-        values = g.coalesce().values() if g.is_sparse else g
-        groups.setdefault((values.device, values.dtype), []).append(values)
     with torch.no_grad():
         for (_, dtype), tensors in groups.items():
             wide = dtype if dtype in (torch.float32, torch.float64) else torch.float32
@@ -70,33 +75,34 @@ def _all_finite(grads):
     return True
 
 
-def _device_flag(tensors):
-    # All of them on one GPU: one bool there, no host read. The max-norm is
-    # exact in any dtype and, on a GPU, as fast as the 2-norm.
-    by_dtype = {}
-    for t in tensors:
-        by_dtype.setdefault(t.dtype, []).append(t)
+def _all_finite(grads):
+    return _groups_finite(_groups(grads))
+
+
+def _device_flag(dtype_groups):
+    # One GPU's gradients, a list per dtype: one bool there, no host read.
+    # The max-norm is exact in any dtype and, on a GPU, as fast as the 2-norm.
     flags = [torch.stack(torch._foreach_norm(ts, float("inf"))).isfinite().all()
-             for ts in by_dtype.values()]
+             for ts in dtype_groups]
     return torch.stack(flags).all()
 
 
 def _sentinel_later(grads):
     # Host tensors are checked now; each GPU's gradients get one flag, copied
     # to pinned memory behind an event and read at a later step.
-    host, devices = [], {}
-    for p, g in grads:
-        values = g.coalesce().values() if g.is_sparse else g
-        if values.is_cuda:
-            devices.setdefault(values.device, []).append(values)
+    groups = _groups(grads)
+    host, devices = {}, {}
+    for (device, dtype), tensors in groups.items():
+        if device.type == "cuda":
+            devices.setdefault(device, []).append(tensors)
         else:
-            host.append((p, values))
-    finite = _all_finite(host) if host else True
+            host[(device, dtype)] = tensors
+    finite = _groups_finite(host)
     with torch.no_grad():
-        for device, tensors in devices.items():
+        for device, dtype_groups in devices.items():
             with torch.cuda.device(device):
                 flag = torch.empty((), dtype=torch.bool, pin_memory=True)
-                flag.copy_(_device_flag(tensors), non_blocking=True)
+                flag.copy_(_device_flag(dtype_groups), non_blocking=True)
                 event = torch.cuda.Event()
                 event.record()
                 _late.append((event, flag))

@@ -27,6 +27,16 @@ def test_every_non_finite_value_is_found(dtype, bad):
     assert not all_finite(torch.ones(10), t)
 
 
+def test_the_sentinel_decides_host_gradients_at_once_like_the_skip_check():
+    # Sample mode's path (_sentinel_later): on the CPU nothing is deferred.
+    bad = torch.ones(1000, dtype=torch.float16)
+    bad[3] = float("nan")
+    good = torch.full((100000,), 300.0, dtype=torch.float16)
+    assert guard._sentinel_later([(None, good), (None, torch.ones(3))]) is True
+    assert guard._sentinel_later([(None, good), (None, bad)]) is False
+    assert guard._late == []
+
+
 def test_finite_gradients_whose_norm_would_overflow_are_finite():
     assert all_finite(torch.full((100000,), 300.0, dtype=torch.float16))  # norm 94868
     assert all_finite(torch.tensor([3e19, 1.0]))  # its square passes fp32's range
