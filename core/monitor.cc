@@ -219,17 +219,17 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
   if (total.nan != 0 || !CarriesMasks(e.op)) return false;
   bool any_deliberate = false;
   for (InputFacts& in : inputs) {
-    // A ±inf scalar the program itself hands to a fill is a mask (also as
-    // it reaches the in-place fill inside: masked_fill -> masked_fill_). A
-    // fill inside an op that computes got its scalar from that kernel.
-    // So is a one-value tensor of ±inf that no op made, handed to one
-    // (torch.where(mask, att, torch.tensor(float("-inf")))).
+    if (!in.checked || !AnyNonFinite(in.counts)) continue;
+    // A ±inf scalar, or a one-value ±inf tensor no op made
+    // (torch.tensor(float("-inf"))), that the program hands to a fill is a
+    // mask, also as it reaches the in-place fill inside (masked_fill ->
+    // masked_fill_). A fill inside an op that computes got its scalar from
+    // that kernel.
     const bool one_value = in.dtype == "scalar" || (in.shape == "[]" && !in.produced_by_op);
     if (one_value && in.counts.nan == 0 && PlacesScalar(e.op) &&
         (e.top_op.empty() || PlacesScalar(e.top_op))) {
       in.deliberate = true;
     }
-    if (!in.checked || !AnyNonFinite(in.counts)) continue;
     if (!in.deliberate || in.counts.nan != 0) return false;
     any_deliberate = true;
   }

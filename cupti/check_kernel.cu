@@ -9,6 +9,8 @@
 // in shared memory, then one set of atomics per block.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "cupti/check_kernel.h"
 #include "core/check_vector.h"
 
@@ -202,6 +204,24 @@ int LaunchStrided(const void* data, const StridedLayout& layout,
 
 }  // namespace
 
+namespace {
+
+// Calls fn(std::integral_constant<Format, F>) for the runtime `format`.
+template <class Fn>
+int WithFormat(Format format, Fn fn) {
+  switch (format) {
+    case Format::kF16: return fn(std::integral_constant<Format, Format::kF16>());
+    case Format::kBF16: return fn(std::integral_constant<Format, Format::kBF16>());
+    case Format::kF32: return fn(std::integral_constant<Format, Format::kF32>());
+    case Format::kF64: return fn(std::integral_constant<Format, Format::kF64>());
+    case Format::kF8E4M3FN: return fn(std::integral_constant<Format, Format::kF8E4M3FN>());
+    case Format::kF8E5M2: return fn(std::integral_constant<Format, Format::kF8E5M2>());
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace
+
 int LaunchCheck(Format format, const void* data, int64_t count,
                 const CheckLimits& limits, CheckCounts* result, void* stream,
                 const FinalCopy* final_copy) {
@@ -209,15 +229,9 @@ int LaunchCheck(Format format, const void* data, int64_t count,
   if (count < 0) count = 0;
   if (count == 0 && copy.host == nullptr) return 0;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (format) {
-    case Format::kF16: return LaunchDense<Format::kF16>(data, count, limits, result, s, copy);
-    case Format::kBF16: return LaunchDense<Format::kBF16>(data, count, limits, result, s, copy);
-    case Format::kF32: return LaunchDense<Format::kF32>(data, count, limits, result, s, copy);
-    case Format::kF64: return LaunchDense<Format::kF64>(data, count, limits, result, s, copy);
-    case Format::kF8E4M3FN: return LaunchDense<Format::kF8E4M3FN>(data, count, limits, result, s, copy);
-    case Format::kF8E5M2: return LaunchDense<Format::kF8E5M2>(data, count, limits, result, s, copy);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return WithFormat(format, [&](auto f) {
+    return LaunchDense<decltype(f)::value>(data, count, limits, result, s, copy);
+  });
 }
 
 int LaunchCheckStrided(Format format, const void* data,
@@ -226,15 +240,9 @@ int LaunchCheckStrided(Format format, const void* data,
                        const FinalCopy* final_copy) {
   const FinalCopy copy = final_copy ? *final_copy : FinalCopy{};
   auto s = static_cast<cudaStream_t>(stream);
-  switch (format) {
-    case Format::kF16: return LaunchStrided<Format::kF16>(data, layout, limits, result, s, copy);
-    case Format::kBF16: return LaunchStrided<Format::kBF16>(data, layout, limits, result, s, copy);
-    case Format::kF32: return LaunchStrided<Format::kF32>(data, layout, limits, result, s, copy);
-    case Format::kF64: return LaunchStrided<Format::kF64>(data, layout, limits, result, s, copy);
-    case Format::kF8E4M3FN: return LaunchStrided<Format::kF8E4M3FN>(data, layout, limits, result, s, copy);
-    case Format::kF8E5M2: return LaunchStrided<Format::kF8E5M2>(data, layout, limits, result, s, copy);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return WithFormat(format, [&](auto f) {
+    return LaunchStrided<decltype(f)::value>(data, layout, limits, result, s, copy);
+  });
 }
 
 }  // namespace nanhunt::gpu

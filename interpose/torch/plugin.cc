@@ -837,13 +837,11 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
       w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));
-      if (Session* s = Session::Get(); s != nullptr) {
-        const std::vector<std::string> masks = s->monitor().mask_ops();
-        if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
-      }
       w.PutMeta("autocast_switched_to_bf16", absl::StrCat(g_autocast_switches.load()));
       w.PutMeta("fp32_ops", Fp32FallbackCounts());
       Session* session = Session::Get();
+      const std::vector<std::string> masks = session->monitor().mask_ops();
+      if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
       if (session->sampler() != nullptr) {
         // Calls torch left unsampled never reach nanhunt: no count of them.
