@@ -37,7 +37,17 @@ for line in open("requirements.txt"):
         sys.exit(1)
 PY
 then
+  # torch with its CUDA libraries takes about 5.5 GB installed and about as
+  # much again while pip unpacks it: say so before pip fails half-way.
+  need_gb=12
+  free_gb=$(df -Pk . | awk 'NR==2 {print int($4 / 1048576)}')
+  tmp_free_gb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR==2 {print int($4 / 1048576)}')
+  if [ "$free_gb" -lt "$need_gb" ] || [ "$tmp_free_gb" -lt "$need_gb" ]; then
+    echo "setup: warning: $free_gb GB free here and $tmp_free_gb GB in ${TMPDIR:-/tmp};" \
+         "installing torch needs about $need_gb GB" >&2
+  fi
   echo "setup: installing Python requirements (torch is large: a few minutes)"
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  # --no-cache-dir: a copy of every wheel in ~/.cache would double the space.
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check -r requirements.txt
 fi
 echo "setup: ready (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"
