@@ -15,7 +15,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "viewer/run_groups.h"
 
 namespace nanhunt {
 namespace {
@@ -146,10 +148,7 @@ std::string RunIdOf(const std::string& file) {
   return dash == std::string::npos ? base : base.substr(0, dash);
 }
 
-}  // namespace
-
-absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
-                                int progress_ms) {
+absl::StatusOr<sqlite3*> OpenTrace(const std::string& path) {
   sqlite3* db = nullptr;
   // Read-write without create: a trace left by a killed process has a WAL
   // file that must be replayed. Falls back to read-only for read-only media.
@@ -171,6 +170,44 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   // as corrupt. With writable_schema it reads up to the cut instead. The
   // viewer never writes, so the pragma's other effect does not matter.
   sqlite3_exec(db, "PRAGMA writable_schema=ON", nullptr, nullptr, nullptr);
+  return db;
+}
+
+// What the trace's meta says of its process; the name stands in for what
+// cannot be read.
+TraceIdentity ReadIdentity(const std::string& path) {
+  TraceIdentity id;
+  id.file = path;
+  std::map<std::string, std::string> meta;
+  if (auto db = OpenTrace(path); db.ok()) {
+    std::vector<std::string> problems;
+    Query(*db, "meta",
+          "SELECT key, value FROM meta WHERE key IN "
+          "('run_id', 'host', 'pid', 'ppid', 'started', 'ended')",
+          [&](sqlite3_stmt* s) { meta[Text(s, 0)] = Text(s, 1); }, problems);
+    sqlite3_close(*db);
+  }
+  auto number = [&](const char* key) {
+    int64_t v = 0;
+    auto it = meta.find(key);
+    return it != meta.end() && absl::SimpleAtoi(it->second, &v) ? v : 0;
+  };
+  id.run_id = meta.count("run_id") ? meta["run_id"] : RunIdOf(path);
+  id.host = meta["host"];
+  id.pid = number("pid");
+  id.ppid = number("ppid");
+  id.started = number("started");
+  id.ended = number("ended");
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
+                                int progress_ms) {
+  auto opened = OpenTrace(path);
+  if (!opened.ok()) return opened.status();
+  sqlite3* db = *opened;
   Trace t;
   std::optional<ProgressLine> progress;
   progress.emplace(db, path, progress_ms);
@@ -355,14 +392,9 @@ absl::StatusOr<std::vector<std::string>> FindTraceFiles(
     }
     std::sort(in_dir.begin(), in_dir.end());
     if (!all_runs) {
-      // Run ids start with a timestamp, so the newest sorts last.
-      std::string newest;
-      for (const auto& f : in_dir) newest = std::max(newest, RunIdOf(f));
-      in_dir.erase(std::remove_if(in_dir.begin(), in_dir.end(),
-                                  [&](const std::string& f) {
-                                    return RunIdOf(f) != newest;
-                                  }),
-                   in_dir.end());
+      std::vector<TraceIdentity> ids;
+      for (const auto& f : in_dir) ids.push_back(ReadIdentity(f));
+      in_dir = NewestRun(ids);
     }
     files.insert(files.end(), in_dir.begin(), in_dir.end());
   }

@@ -58,8 +58,9 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series = fals
                                 int progress_ms = -1);
 
 // The trace files among `paths` (files, or folders whose *.sqlite files are
-// taken). Folders holding several runs keep only the newest run unless
-// `all_runs`. Errors name the path.
+// taken). Folders holding several runs keep only the newest run (with the
+// processes it started: viewer/run_groups.h) unless `all_runs`. Errors name
+// the path.
 absl::StatusOr<std::vector<std::string>> FindTraceFiles(
     const std::vector<std::string>& paths, bool all_runs);
 

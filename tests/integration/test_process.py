@@ -143,8 +143,20 @@ def test_outputs_the_check_cannot_read_are_counted_not_called_finite(out, tmp_pa
     assert any("were not checked" in p for p in report["problems"]), report["problems"]
 
 
-def test_torch_compile_tracing_does_not_switch_monitoring_off(out):
-    r = preload_run([PYTHON, SCRIPTS / "compiled_then_overflow.py"], out)
+def test_a_helper_the_training_starts_does_not_hide_the_trainings_trace(out):
+    r = preload_run([PYTHON, SCRIPTS / "overflow_then_helper.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert len(list(out.glob("*.sqlite"))) == 2  # the training's, the helper's
+    report = view_json(out)
+    assert report["first_origin"]["op"] == "aten::dot"
+    assert len(report["traces"]) == 2, report["traces"]
+
+
+def test_torch_compile_tracing_does_not_switch_monitoring_off(out, tmp_path):
+    # A cold inductor cache: inductor then probes its freshly built kernel in
+    # a child Python, which loads libtorch and so writes a trace of its own.
+    r = preload_run([PYTHON, SCRIPTS / "compiled_then_overflow.py"], out,
+                    TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     assert r.returncode == 0, r.stderr
     assert "internal error" not in r.stderr
     report = view_json(out)
