@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "build" / "lib" / "libnanhunt.so"
 
 
-def run_mode(mode, steps, out_dir, extra_env=(), args=()):
+def run_mode(mode, steps, out_dir, extra_env=(), args=(), prefix=()):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
     if mode in ("nanhunt", "sample"):
@@ -24,7 +24,7 @@ def run_mode(mode, steps, out_dir, extra_env=(), args=()):
         env.update(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
                    NANHUNT_SAMPLE_STEPS="0")
     env.update(extra_env)
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "cpu_transformer.py"),
+    r = subprocess.run([*prefix, sys.executable, str(ROOT / "bench" / "cpu_transformer.py"),
                         "--mode", mode, "--steps", str(steps), *args],
                        env=env, capture_output=True, text=True, check=True)
     return r.stdout.split()

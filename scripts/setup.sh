@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything nanhunt needs to build and test, idempotently:
-# Debian packages (compiler, abseil, SQLite, GoogleTest, Chart.js, Chromium)
+# Debian packages (compiler, abseil, SQLite, GoogleTest, Chart.js, Chromium,
+# valgrind for bench/cpu_instructions.py)
 # and a Python virtual environment (.venv) with the pinned torch.
 # Re-running it does nothing when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(cmake g++ make pkg-config libabsl-dev libsqlite3-dev sqlite3
-              libgtest-dev python3-venv libjs-chart.js chromium)
+              libgtest-dev python3-venv libjs-chart.js chromium valgrind)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
