@@ -1,6 +1,6 @@
 """Counts the instructions one training step of bench/cpu_transformer.py
-executes, plain, in nanhunt's sample mode and with every op checked, under
-valgrind's cachegrind.
+executes, plain and in nanhunt's sample mode (every op checked on request),
+under valgrind's cachegrind.
 
 Step times on a shared 2-core machine swing by a fifth between runs (see
 run_cpu_bench.py), which hides an overhead of a few percent; an instruction
@@ -45,7 +45,8 @@ def main():
     p.add_argument("--short", type=int, default=2, help="steps timed in the short run")
     p.add_argument("--long", type=int, default=8, help="steps timed in the long run")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--modes", default="plain,sample,nanhunt")
+    p.add_argument("--modes", default="plain,sample",
+                   help="of plain, sample, nanhunt (every op checked: slowest under valgrind)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="valgrind runs side by side")
     args = p.parse_args()
