@@ -67,22 +67,20 @@ bool PlacesScalar(absl::string_view op) {
 }
 
 bool CarriesMasks(absl::string_view op) {
+  // Beyond the ops that place a mask: those that keep it a mask.
   static constexpr absl::string_view kOps[] = {
       "aten::add",        "aten::add_",        "aten::sub",          "aten::sub_",
       "aten::mul",        "aten::mul_",        "aten::div",          "aten::div_",
       "aten::neg",        "aten::maximum",     "aten::minimum",      "aten::clamp",
-      "aten::clamp_min",  "aten::clamp_max",   "aten::where",        "aten::masked_fill",
-      "aten::masked_fill_", "aten::index_fill", "aten::index_fill_", "aten::fill_",
-      "aten::triu",       "aten::tril",        "aten::triu_",        "aten::tril_",
-      "aten::clone",      "aten::contiguous",  "aten::_to_copy",     "aten::to",
-      "aten::copy_",      "aten::cat",         "aten::stack",        "aten::repeat",
-      "aten::expand_copy", "aten::index",      "aten::index_select", "aten::gather",
-      "aten::_log_softmax", "aten::log_softmax", "aten::full",       "aten::full_like",
-      "aten::new_full",   "aten::scalar_tensor", "aten::_unsafe_view", "aten::flip",
-      "aten::roll",       "aten::constant_pad_nd", "aten::pad",      "aten::abs",
-      "aten::amax",       "aten::amin",        "aten::max",          "aten::min",
-      "aten::relu",       "aten::detach_",     "aten::lift_fresh"};
-  return Named(kOps, op);
+      "aten::clamp_min",  "aten::clamp_max",   "aten::triu",         "aten::tril",
+      "aten::triu_",      "aten::tril_",       "aten::clone",        "aten::contiguous",
+      "aten::_to_copy",   "aten::to",          "aten::copy_",        "aten::cat",
+      "aten::stack",      "aten::repeat",      "aten::expand_copy",  "aten::index",
+      "aten::index_select", "aten::gather",    "aten::_log_softmax", "aten::log_softmax",
+      "aten::_unsafe_view", "aten::flip",      "aten::roll",         "aten::constant_pad_nd",
+      "aten::pad",        "aten::abs",         "aten::amax",         "aten::amin",
+      "aten::max",        "aten::min",         "aten::relu"};
+  return PlacesScalar(op) || Named(kOps, op);
 }
 
 bool MatchesOpPattern(absl::string_view op, absl::string_view overload,

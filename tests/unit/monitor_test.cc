@@ -118,6 +118,10 @@ TEST_F(MonitorTest, AMaskFilledWithMinusInfIsNoFinding) {
   mask.deliberate = true;
   add.inputs = {Input(false, false), mask};
   EXPECT_EQ(Op("aten::add", Fp16(4), add), Verdict::kMasked);
+  // Every op that places a scalar also carries masks: torch.fill(t, -inf).
+  FakeContext fill;
+  fill.inputs = {Input(false, false), MinusInfScalar()};
+  EXPECT_EQ(Op("aten::fill", Fp16(4), fill), Verdict::kMasked);
   EXPECT_FALSE(monitor_.first_origin().has_value());
   EXPECT_EQ(monitor_.findings(), 0);
 }
