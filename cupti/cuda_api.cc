@@ -81,6 +81,12 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue(
     return 1;
   }
   std::string why;
+  if (!StreamTakesChecks(device, stream, &why)) {
+    // Before the ring: a capture must not wait for a free slot, nor see
+    // this device's first allocations.
+    Fail(error, error_len, why);
+    return 1;
+  }
   CheckRing* ring;
   {
     absl::MutexLock lock(&g_mu);

@@ -45,13 +45,44 @@ class DeviceScope {
   cudaError_t status_ = cudaSuccess;
 };
 
+// Lets this thread make CUDA calls that a graph capture in progress (on
+// any thread, in torch's default "global" mode) would otherwise treat as
+// unsafe and answer by invalidating the capture: the drain thread's event
+// queries, and the allocations of a device's first check. None of them
+// touches a capturing stream; this is how torch's own NCCL watchdog and
+// caching allocator query events during captures.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace
+
+bool StreamTakesChecks(int device, void* stream, std::string* error) {
+  DeviceScope scope(device);
+  if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (!Ok(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture),
+          "cudaStreamIsCapturing", error)) {
+    return false;
+  }
+  if (capture != cudaStreamCaptureStatusNone) {
+    if (error != nullptr) *error = "stream is capturing a CUDA graph";
+    return false;
+  }
+  return true;
+}
 
 CudaChecks::CudaChecks(int device, int slots) : device_(device), slots_(slots) {}
 
 std::unique_ptr<CudaChecks> CudaChecks::Create(int device, int slots,
                                                std::string* error) {
   std::unique_ptr<CudaChecks> c(new CudaChecks(device, slots));
+  RelaxedCaptureMode relaxed;
   DeviceScope scope(device);
   if (!Ok(scope.status(), "cudaSetDevice", error)) return nullptr;
   if (!Ok(cudaMalloc(&c->device_slots_, sizeof(CheckCounts) * slots),
@@ -113,14 +144,7 @@ bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
   auto s = static_cast<cudaStream_t>(stream);
   DeviceScope scope(device_);
   if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (!Ok(cudaStreamIsCapturing(s, &capture), "cudaStreamIsCapturing", error)) {
-    return false;
-  }
-  if (capture != cudaStreamCaptureStatusNone) {
-    *error = "stream is capturing a CUDA graph";
-    return false;
-  }
+  if (!StreamTakesChecks(device_, stream, error)) return false;
   CheckCounts* d = device_slots_ + slot;
   FinalCopy final_copy;
   final_copy.blocks_done = blocks_done_ + slot;
@@ -138,12 +162,14 @@ bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
 }
 
 bool CudaChecks::Poll(int slot, CheckCounts* result) {
+  RelaxedCaptureMode relaxed;
   if (cudaEventQuery(Event(events_, slot)) != cudaSuccess) return false;
   std::memcpy(result, host_slots_ + slot, sizeof(CheckCounts));
   return true;
 }
 
 void CudaChecks::Wait(int slot, CheckCounts* result) {
+  RelaxedCaptureMode relaxed;
   if (cudaEventSynchronize(Event(events_, slot)) != cudaSuccess) {
     // The context is gone (process exit) or broken: the result is lost, and
     // the pinned copy may be unmapped. Delivered as "nothing checked".

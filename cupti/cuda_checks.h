@@ -24,6 +24,12 @@ struct DeviceTensor {
   StridedLayout layout;   // when not dense
 };
 
+// Whether a check may be enqueued on `stream` (of `device`) now: not while
+// it captures a CUDA graph (the check would be baked into the graph and
+// its slot reused on every replay), nor when CUDA cannot say. Asked before
+// a slot is taken, so that a capture never waits for the ring.
+bool StreamTakesChecks(int device, void* stream, std::string* error);
+
 class CudaChecks final : public DeviceChecks {
  public:
   // Allocates `slots` result slots on `device`. Errors name the CUDA call.
@@ -37,8 +43,8 @@ class CudaChecks final : public DeviceChecks {
 
   // Enqueues on `stream` the check kernel, which leaves its result in the
   // slot's pinned copy, and the slot's event. Never synchronises. A stream
-  // that is capturing a CUDA graph is refused (the check would be baked
-  // into the graph and its slot reused on every replay): `error` says so.
+  // that StreamTakesChecks refuses is refused here too: `error` says why.
+  // Poll and Wait may run while another thread captures a CUDA graph.
   bool Enqueue(int slot, const DeviceTensor& tensor, const CheckLimits& limits,
                void* stream, std::string* error);
 

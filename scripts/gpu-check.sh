@@ -4,7 +4,9 @@
 # against the CPU check, on random and edge-value tensors of every format,
 # odd sizes, unaligned starts, strided views; the result ring; CUDA graph
 # capture left intact), the kernel benchmark, the demo on CUDA under
-# nanhunt (origin and kernel names), and the GPT-2-small-sized training
+# nanhunt (origin and kernel names), side streams and a second GPU, a whole
+# training step captured into a CUDA graph and replayed under nanhunt
+# (identical to unmonitored), and the GPT-2-small-sized training
 # benchmark (bench/gpt2_bench.py), and prints a short table last. Debian
 # packages that machine lacks come from .gpu-deps/ (made here by
 # scripts/gpu-deps.sh). Meant to finish within 8 minutes.
@@ -77,6 +79,28 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/streams-check.txt || tail -20 "$build"/streams.log
 
+echo "== a whole step captured into a CUDA graph (global mode) while a check is in flight"
+rm -rf "$build"/graph
+"$python" tests/gpu/graph_capture.py > "$build"/graph-plain.log 2>&1 || true
+NANHUNT_MODE=sample NANHUNT_SAMPLE_OPS=1 NANHUNT_SKIP_NONFINITE_STEPS=1 \
+  "$build"/bin/nanhunt run --out "$build"/graph -- \
+  "$python" tests/gpu/graph_capture.py > "$build"/graph.log 2>&1 || true
+"$build"/bin/nanhunt view --json "$build"/graph > "$build"/graph.json || true
+("$python" - "$build"/graph-plain.log "$build"/graph.log "$build"/graph.json <<'PY'
+import json, sys
+plain, monitored = (next((l for l in open(p) if l.startswith("replayed ")), "none")
+                    for p in sys.argv[1:3])
+try:
+    notes = " ".join(json.load(open(sys.argv[3]))["problems"])
+except Exception as e:
+    notes = repr(e)
+ok = (plain != "none" and plain == monitored and "captured into CUDA graphs" in notes
+      and "inside a CUDA graph capture" in notes)
+print(f"CUDA graph capture: {'replays identical to unmonitored, capture noted' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/graph-check.txt || tail -20 "$build"/graph.log
+
 echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / anomaly"
 "$python" bench/gpt2_bench.py --build "$build" --rounds 2 | tee "$build"/gpt2.txt
 
@@ -85,4 +109,5 @@ echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 tail -n +2 "$build"/bandwidth.txt
 cat "$build"/demo-cuda-check.txt
 cat "$build"/streams-check.txt
+cat "$build"/graph-check.txt
 sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt

@@ -358,6 +358,23 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
         reason != t.meta.end() ? " (" + reason->second + ")" : std::string(),
         ": \"all finite\" covers only what was checked"));
   }
+  // CUDA graphs: what was captured was never checked, and a replay runs
+  // no op through torch's dispatcher, so nothing of it is seen again.
+  if (auto it = t.meta.find("outputs_in_graph_capture");
+      it != t.meta.end() && it->second != "0") {
+    t.problems.push_back(absl::StrCat(
+        it->second, " op outputs were captured into CUDA graphs: not checked "
+        "when captured nor when the graphs replay; to check those ops, run "
+        "them once uncaptured (torch.compile without mode=\"reduce-overhead\", "
+        "or eagerly)"));
+  }
+  if (auto it = t.meta.find("optimizer_steps_in_graph_capture");
+      it != t.meta.end() && it->second != "0") {
+    t.problems.push_back(absl::StrCat(
+        it->second, " optimizer steps ran inside a CUDA graph capture: their "
+        "gradients were not checked and no such step can be skipped (a check "
+        "would read the gradients on the host and end the capture)"));
+  }
   if (t.meta.count("ended") == 0) {
     t.problems.push_back(
         "the process did not finish cleanly (killed, crashed, or still "

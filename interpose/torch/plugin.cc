@@ -754,6 +754,15 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_step_skipped() {
   }
 }
 
+// Called by step_guard.py for an optimizer step it found inside a CUDA
+// graph capture, which it leaves alone (see there).
+namespace {
+std::atomic<int64_t> g_steps_in_capture{0};
+}  // namespace
+extern "C" __attribute__((visibility("default"))) void nanhunt_step_in_capture() {
+  g_steps_in_capture.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Called by step_guard.py in sample mode when GradScaler skipped the
 // optimizer step (its gradients were not finite): that iteration has no
 // optimizer record to end it, and when torch samples op calls its scale
@@ -828,10 +837,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
           w.PutMeta("kernel_names_off", device.kernel_names_off);
         }
       }
-      if (device.in_capture > 0) {
-        w.PutMeta("graph_capture_note",
-                  "outputs of ops captured into CUDA graphs are not checked "
-                  "(a check would be replayed into the same slot)");
+      if (g_steps_in_capture.load() > 0) {
+        w.PutMeta("optimizer_steps_in_graph_capture",
+                  absl::StrCat(g_steps_in_capture.load()));
       }
       const ScanTotals totals = GetScanTotals();
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));

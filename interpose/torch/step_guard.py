@@ -109,6 +109,15 @@ def _sentinel_later(grads):
     return finite
 
 
+def _capturing():
+    # A step inside a CUDA graph capture (a whole training step captured
+    # with torch.cuda.graph, torch.compile's cudagraphs): reading a flag on
+    # the host, or querying an event, would end the user's capture with an
+    # error, and the graph's replays run no Python anyway. Asked only once
+    # CUDA is up, so that a run on the CPU never initialises it.
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
 def _report_arrived_sentinels():
     while _late and _late[0][0].query():
         _, flag = _late.pop(0)
@@ -135,6 +144,9 @@ def _guard_step(optimizer, kwargs):
     # Asked every step: a config reload may switch skipping on or off.
     skip = bool(_lib.nanhunt_skip_enabled())
     if not skip and not _sentinel:
+        return None
+    if _capturing():
+        _lib.nanhunt_step_in_capture()  # a note in the trace, not a check
         return None
     if _sentinel:
         _report_arrived_sentinels()

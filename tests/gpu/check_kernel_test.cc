@@ -4,8 +4,11 @@
 // one every test is skipped (CI builds this; scripts/gpu-check.sh runs it).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <chrono>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/cpu_check.h"
@@ -280,6 +283,70 @@ TEST(GpuCheck, CapturingStreamIsRefusedAndCaptureStaysValid) {
   EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "capture invalidated";
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+  cudaFree(d);
+}
+
+// A check still in flight when the training begins a CUDA graph capture in
+// torch's default "global" mode: the drain thread keeps querying the
+// check's event during the capture, which CUDA treats as unsafe (it ended
+// captures under torch's NCCL watchdog the same way) unless the querying
+// thread relaxes its capture mode. The capture must come out valid and the
+// result still arrive.
+TEST(GpuCheck, DrainThreadPollingDuringAGlobalCaptureLeavesItValid) {
+  REQUIRE_GPU();
+  std::string error;
+  auto device = CudaChecks::Create(0, 4, &error);
+  ASSERT_NE(device, nullptr) << error;
+  cudaStream_t busy, capturing;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<float> v(1 << 20, 1.0f);
+  v[12345] = std::numeric_limits<float>::quiet_NaN();
+  float *d = nullptr, *scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, v.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&scratch, sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  // Holds `busy` until released, so that the check behind it is still in
+  // flight (and polled) for the whole capture.
+  static std::atomic<bool> release{false};
+  release = false;
+  ASSERT_EQ(cudaLaunchHostFunc(busy, [](void*) {
+              while (!release.load()) std::this_thread::yield();
+            }, nullptr),
+            cudaSuccess);
+  std::atomic<int> delivered{0};
+  uint64_t nan = 0;
+  {
+    CheckRing ring(device.get(), [&](const PendingCheck&, const CheckCounts& c) {
+      nan = c.nan;
+      delivered.fetch_add(1);
+    });
+    DeviceTensor t;
+    t.data = d;
+    t.count = static_cast<int64_t>(v.size());
+    ASSERT_TRUE(ring.Enqueue(busy, nullptr, [&](int slot) {
+      return device->Enqueue(slot, t, kLimits, busy, &error);
+    })) << error;
+    ASSERT_EQ(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeGlobal), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(scratch, 0, sizeof(float), capturing), cudaSuccess);
+    // Refused before the ring: no slot is taken, nothing waits.
+    std::string refused;
+    EXPECT_FALSE(StreamTakesChecks(0, capturing, &refused));
+    EXPECT_NE(refused.find("capturing"), std::string::npos) << refused;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // ~100 polls
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(capturing, &graph), cudaSuccess) << "capture invalidated";
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    EXPECT_EQ(delivered.load(), 0) << "the check ran before the stream was released";
+    release = true;
+    ring.DrainAll();
+  }
+  EXPECT_EQ(delivered.load(), 1);
+  EXPECT_EQ(nan, 1u);
+  cudaStreamDestroy(busy);
+  cudaStreamDestroy(capturing);
+  cudaFree(scratch);
   cudaFree(d);
 }
 

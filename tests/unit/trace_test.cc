@@ -178,6 +178,39 @@ TEST_F(TraceTest, TruncatedTraceStillOpensWithWhatCanBeRead) {
   EXPECT_NE(text.find("NOTES"), std::string::npos) << text;
 }
 
+TEST_F(TraceTest, WhatCudaGraphsKeptFromTheCheckIsANote) {
+  // A run whose steps were captured into CUDA graphs must not read as
+  // "all finite" without saying that those ops were never checked.
+  auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->PutMeta("command", "python train.py");
+  (*w)->PutMeta("ended", "1");
+  (*w)->PutMeta("outputs_in_graph_capture", "412");
+  (*w)->PutMeta("optimizer_steps_in_graph_capture", "1");
+  (*w)->Close();
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->problems.size(), 2u);
+  EXPECT_NE(t->problems[0].find("412 op outputs were captured into CUDA graphs"),
+            std::string::npos) << t->problems[0];
+  EXPECT_NE(t->problems[1].find("1 optimizer steps ran inside a CUDA graph capture"),
+            std::string::npos) << t->problems[1];
+  const std::string text = RenderText(Summarise({*t}), 100, false);
+  EXPECT_NE(text.find("when the graphs replay"), std::string::npos) << text;
+}
+
+TEST_F(TraceTest, NoGraphCaptureNoNote) {
+  auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->PutMeta("command", "python train.py");
+  (*w)->PutMeta("ended", "1");
+  (*w)->PutMeta("outputs_in_graph_capture", "0");
+  (*w)->Close();
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->problems.empty()) << t->problems.front();
+}
+
 TEST_F(TraceTest, NotATraceGivesAClearError) {
   std::ofstream(path_) << "this is not sqlite at all, just some text\n";
   auto t = ReadTrace(path_);
