@@ -178,6 +178,13 @@ const Setting kSettings[] = {
      [](absl::string_view v, Config& c) {
        return ApplyBool("NANHUNT_FOLLOW_CHILDREN", v, c.follow_children);
      }},
+    {{"NANHUNT_KERNEL_NAMES", "1", "0 or 1 (also true/false, on/off)",
+      "on a GPU, name the kernels each op launched through CUPTI; CUPTI 13.0 "
+      "takes one subscriber per process, so a torch.profiler started later in "
+      "the run gets no GPU trace: 0 leaves CUPTI to it"},
+     [](absl::string_view v, Config& c) {
+       return ApplyBool("NANHUNT_KERNEL_NAMES", v, c.kernel_names);
+     }},
     {{"NANHUNT_EXIT_SUMMARY", "1", "0 or 1 (also true/false, on/off)",
       "print a short summary on stderr when the process exits"},
      [](absl::string_view v, Config& c) {
@@ -493,6 +500,7 @@ std::string DescribeConfig(const Config& c) {
       "\nNANHUNT_MAX_TRACE_MB=", c.max_trace_mb,
       "\nNANHUNT_MAX_FINDINGS_PER_STEP=", c.max_findings_per_step,
       "\nNANHUNT_FOLLOW_CHILDREN=", c.follow_children ? 1 : 0,
+      "\nNANHUNT_KERNEL_NAMES=", c.kernel_names ? 1 : 0,
       "\nNANHUNT_EXIT_SUMMARY=", c.exit_summary ? 1 : 0,
       "\nNANHUNT_QUIET=", c.quiet ? 1 : 0,
       "\nNANHUNT_ON_NONFINITE=",

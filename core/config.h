@@ -28,6 +28,7 @@ struct Config {
   int flush_ms = 250;
   int max_findings_per_step = 50;
   bool follow_children = true;
+  bool kernel_names = true;  // subscribe to CUPTI for the kernels of each op
   bool exit_summary = true;
   bool quiet = false;
   OnNonFinite on_nonfinite = OnNonFinite::kContinue;

@@ -3,6 +3,7 @@
 #include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
 #include <cupti_result.h>
+#include <cupti_runtime_cbid.h>
 #include <dlfcn.h>
 #include <cuda.h>
 
@@ -21,6 +22,9 @@ struct Launch {
 
 thread_local std::vector<Launch> t_launches;
 thread_local bool t_own = false;
+// Inside a runtime launch (between its enter and exit callbacks): a driver
+// launch there is the same kernel, already recorded.
+thread_local int t_in_runtime_launch = 0;
 std::atomic<int64_t> g_launches{0};
 std::atomic<int64_t> g_contexts{0};
 
@@ -39,14 +43,63 @@ void Record(const char* name, unsigned x, unsigned y, unsigned z) {
 
 }  // namespace
 
-const uint32_t kLaunchCallbacks[6] = {
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+const LaunchCallbackId kLaunchCallbacks[] = {
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API,
+     CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060},
+#if CUDA_VERSION >= 13000
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000},
+    {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000},
+#endif
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx},
+    {CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz},
 };
+const size_t kLaunchCallbackCount = sizeof(kLaunchCallbacks) / sizeof(kLaunchCallbacks[0]);
+
+namespace {
+
+void OnRuntimeLaunch(uint32_t cbid, const CUpti_CallbackData& data) {
+  const Dim3* grid = nullptr;
+  switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+#if CUDA_VERSION >= 13000
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000:
+    case CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000:
+#endif
+    {
+      const auto* p = static_cast<const RuntimeLaunchParams*>(data.functionParams);
+      if (p != nullptr) grid = &p->grid;
+      break;
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060:
+    case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060: {
+      const auto* p = static_cast<const RuntimeLaunchExParams*>(data.functionParams);
+      if (p != nullptr) grid = p->config;
+      break;
+    }
+    default:
+      return;  // not a launch (the whole domain is on where per-call enabling is not)
+  }
+  if (data.callbackSite == CUPTI_API_ENTER) {
+    ++t_in_runtime_launch;
+    Record(data.symbolName, grid ? grid->x : 0, grid ? grid->y : 0, grid ? grid->z : 0);
+  } else if (t_in_runtime_launch > 0) {
+    --t_in_runtime_launch;
+  }
+}
+
+}  // namespace
 
 void KernelCallback(void*, int domain, uint32_t cbid, const void* cbdata) {
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
@@ -55,9 +108,14 @@ void KernelCallback(void*, int domain, uint32_t cbid, const void* cbdata) {
     }
     return;
   }
-  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
   const auto* data = static_cast<const CUpti_CallbackData*>(cbdata);
-  if (data == nullptr || data->callbackSite != CUPTI_API_ENTER) return;
+  if (data == nullptr) return;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    OnRuntimeLaunch(cbid, *data);
+    return;
+  }
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  if (data->callbackSite != CUPTI_API_ENTER || t_in_runtime_launch > 0) return;
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
@@ -138,14 +196,14 @@ bool StartKernelNames(const CuptiCalls& cupti, std::string* why) {
     return false;  // nothing of anyone else's is touched
   }
   bool launches = cupti.enable_callback != nullptr;
-  for (uint32_t cbid : kLaunchCallbacks) {
+  for (const LaunchCallbackId& id : kLaunchCallbacks) {
     if (launches) {
-      launches = cupti.enable_callback(1, handle, CUPTI_CB_DOMAIN_DRIVER_API, cbid) ==
-                 CUPTI_SUCCESS;
+      launches = cupti.enable_callback(1, handle, id.domain, id.cbid) == CUPTI_SUCCESS;
     }
   }
-  // Without per-call enabling, the whole driver domain (slower, same names).
-  const int domains[] = {launches ? -1 : CUPTI_CB_DOMAIN_DRIVER_API,
+  // Without per-call enabling, the whole launch domains (slower, same names).
+  const int domains[] = {launches ? -1 : CUPTI_CB_DOMAIN_RUNTIME_API,
+                         launches ? -1 : CUPTI_CB_DOMAIN_DRIVER_API,
                          CUPTI_CB_DOMAIN_RESOURCE};
   for (int domain : domains) {
     if (domain < 0) continue;

@@ -1,8 +1,13 @@
 // CUPTI kernel attribution: which kernels (name, grid) each op launched.
 //
-// nanhunt subscribes as "nanhunt" (cuptiSubscribe_v2) to the driver API's
-// kernel launches — every runtime launch, cooperative ones, Triton's
-// cuLaunchKernel all end there — and to resource callbacks. The callback
+// nanhunt subscribes as "nanhunt" (cuptiSubscribe_v2) to the kernel
+// launches of both APIs — the runtime's (torch's own kernels: `<<<>>>`
+// reaches __cudaLaunchKernel from CUDA 13, cudaLaunchKernel before),
+// whose internal path to the driver raises no driver callback, and the
+// driver's (Triton's cuLaunchKernel, libraries that launch through the
+// driver), cooperative and extended launches included — and to resource
+// callbacks. A driver launch inside a runtime launch is the same kernel
+// and is not recorded twice. The callback
 // runs on the launching thread, inside the op that launched: it appends to
 // a per-thread list that the plugin reads at the op's end. If another tool
 // holds CUPTI (torch.profiler/Kineto, Nsight Systems or Compute), nanhunt
@@ -36,10 +41,16 @@ struct CuptiCalls {
 // `why` set when there is none.
 CuptiCalls LoadCupti(std::string* why);
 
-// The driver calls whose callbacks are enabled: every way to launch a kernel.
-// Only these, not the whole driver domain: every cuEventRecord, cuMemcpy
-// and cuStreamQuery of the training would otherwise pass through CUPTI.
-extern const uint32_t kLaunchCallbacks[6];
+// The calls whose callbacks are enabled: every way to launch a kernel, in
+// the runtime and in the driver. Only these, not the whole domains: every
+// cudaEventRecord, cuMemcpy and cuStreamQuery of the training would
+// otherwise pass through CUPTI.
+struct LaunchCallbackId {
+  int domain;  // CUpti_CallbackDomain
+  uint32_t cbid;
+};
+extern const LaunchCallbackId kLaunchCallbacks[];
+extern const size_t kLaunchCallbackCount;
 
 // Subscribes and enables the launch and resource callbacks. On failure,
 // returns false with `why` saying who holds CUPTI or what failed; kernel
@@ -79,6 +90,27 @@ struct LaunchKernelExParams {
   void* f;
   void** kernel_params;
   void** extra;
+};
+
+// The runtime's launch parameters (generated_cuda_runtime_api_meta.h):
+// cudaLaunchKernel_v7000_params, whose layout cudaLaunchCooperativeKernel
+// and CUDA 13's __cudaLaunchKernel (a cudaKernel_t first) share, and
+// cudaLaunchKernelExC_v11060_params.
+struct Dim3 {
+  unsigned x, y, z;
+};
+struct RuntimeLaunchParams {
+  const void* func;
+  Dim3 grid;
+  Dim3 block;
+  void** args;
+  size_t shared_bytes;
+  void* stream;
+};
+struct RuntimeLaunchExParams {
+  const Dim3* config;  // cudaLaunchConfig_t*: its dim3 gridDim first
+  const void* func;
+  void** args;
 };
 
 // The CUPTI callback itself (exposed for the unit tests, which feed it

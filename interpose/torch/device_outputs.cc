@@ -89,15 +89,17 @@ const CudaLibrary& Library(Session& session) {
     l->kernels_forget = reinterpret_cast<decltype(l->kernels_forget)>(dlsym(handle, "nanhunt_kernels_forget"));
     l->kernel_launches = reinterpret_cast<decltype(l->kernel_launches)>(dlsym(handle, "nanhunt_kernel_launches"));
     char why[256] = {};
-    if (cupti_start == nullptr || !l->kernels_mark || !l->kernels_since ||
-        !l->kernels_forget || !l->kernel_launches) {
+    if (!session.config().kernel_names) {
+      l->kernel_names_off = "NANHUNT_KERNEL_NAMES=0 (CUPTI left to other tools)";
+    } else if (cupti_start == nullptr || !l->kernels_mark || !l->kernels_since ||
+               !l->kernels_forget || !l->kernel_launches) {
       l->kernel_names_off = "this libnanhunt_cuda.so has no CUPTI support";
     } else if (cupti_start(why, sizeof(why)) == 0) {
       l->kernel_names_off = why;
     }
     if (!l->kernel_names_off.empty()) {
       // Said once; checks go on without names.
-      if (!session.config().quiet) {
+      if (!session.config().quiet && session.config().kernel_names) {
         fprintf(stderr, "nanhunt: no GPU kernel names: %s\n", l->kernel_names_off.c_str());
       }
     } else {
@@ -249,6 +251,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       facts.shape = Shape(t);
       device_outputs.emplace_back(t, static_cast<int>(op->outputs.size()));
     } else if (!CheckTensor(t, limits, facts)) {
+      CountIfUnreadable(t);
       return;
     }
     op->outputs.push_back(std::move(facts));
@@ -263,12 +266,12 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
   for (const auto& [t, index] : device_outputs) {
     std::string why;
-    void* stream = torch_compat::CurrentStreamHandle(t.device(), &why);
+    void* stream = nullptr;  // also the default stream's handle
     char error[256] = {};
     auto* pending = new Pending{op, index};
     const NanhuntDeviceTensor described = Describe(t, op->outputs[index].format);
     const bool enqueued =
-        stream != nullptr &&
+        torch_compat::CurrentStreamHandle(t.device(), &stream, &why) &&
         lib.enqueue(t.device().index(), stream, &described, pending, error,
                     sizeof(error)) == 0;
     if (enqueued) {

@@ -239,26 +239,38 @@ void CountUnchecked(bool on_device) {
   if (on_device) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
 }
 
+namespace {
+
+// Tensors without real memory behind them: torch.compile's fake tensors
+// while it traces, functionalization wrappers, tensor subclasses. Their
+// data pointer throws; the real computation is checked where it runs.
+bool WithoutOwnMemory(const at::Tensor& t) {
+  return t.key_set().has_any(c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
+       c10::DispatchKey::PythonTLSSnapshot}));
+}
+
+bool InHostMemory(const at::Tensor& t) {
+  return t.layout() == at::kStrided && t.device().is_cpu() && t.has_storage();
+}
+
+}  // namespace
+
+void CountIfUnreadable(const at::Tensor& t) {
+  // Floating-point values the check cannot see (CUDA without the GPU path,
+  // sparse, meta...): counted, so that no report claims "all finite" about
+  // values nobody looked at.
+  if (t.defined() && torch_compat::FormatOf(t.scalar_type()) && !WithoutOwnMemory(t) &&
+      !InHostMemory(t)) {
+    CountUnchecked(t.is_cuda());
+  }
+}
+
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
                  TensorFacts& facts, CacheUse cache, uint64_t reuse_after) {
   if (!t.defined()) return false;
   const auto format = torch_compat::FormatOf(t.scalar_type());
-  if (!format) return false;
-  // Tensors without real memory behind them: torch.compile's fake tensors
-  // while it traces, functionalization wrappers, tensor subclasses. Their
-  // data pointer throws; the real computation is checked where it runs.
-  if (t.key_set().has_any(c10::DispatchKeySet(
-          {c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
-           c10::DispatchKey::PythonTLSSnapshot}))) {
-    return false;
-  }
-  if (t.layout() != at::kStrided || !t.device().is_cpu() || !t.has_storage()) {
-    // A floating-point output the check cannot see yet (CUDA without the
-    // GPU path, sparse, meta...): counted, so that no report claims "all
-    // finite" about values nobody looked at.
-    CountUnchecked(t.is_cuda());
-    return false;
-  }
+  if (!format || WithoutOwnMemory(t) || !InHostMemory(t)) return false;
   facts.format = *format;
   facts.shape = ShapeOf(t);
   const int64_t n = t.numel();
@@ -302,6 +314,8 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs,
       if (CheckTensor(t, limits, f, cache, reuse_after)) {
         facts.push_back(std::move(f));
         tensors.push_back(t);
+      } else {
+        CountIfUnreadable(t);
       }
     });
   }

@@ -46,7 +46,8 @@ enum class CacheUse {
 };
 
 // Checks a floating-point tensor in host memory. False for tensors the
-// check skips (other devices, layouts, integer dtypes).
+// check skips (other devices, layouts, integer dtypes); counting those
+// that are outputs is the caller's business (CountIfUnreadable).
 // With kReuse, only results remembered after `reuse_after` (a CacheMark)
 // are reused.
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
@@ -68,6 +69,12 @@ ScanTotals GetScanTotals();
 // A floating output no check could read (a GPU output the GPU path could
 // not take): counted so that no report reads "all finite".
 void CountUnchecked(bool on_device);
+// Counts `t`, an op's output that CheckTensor refused, when it holds
+// floating-point values that the check could not read (on a GPU without
+// the GPU path, sparse, meta); tensors without memory of their own (fake
+// tensors while torch.compile traces) are not counted. An input is never
+// counted: the op's inputs on a GPU are read from earlier ops' results.
+void CountIfUnreadable(const at::Tensor& t);
 
 // True when every floating-point tensor among `inputs` and `outputs` has the
 // same dtype (a copy that converts nothing).

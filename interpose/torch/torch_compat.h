@@ -49,16 +49,20 @@ inline bool InBackward() {
 
 inline const char* TorchVersion() { return TORCH_VERSION; }
 
-// The cudaStream_t the current stream of `device` wraps, without linking
-// torch's CUDA library; nullptr (with `why`) where this torch cannot say.
-inline void* CurrentStreamHandle(c10::Device device, std::string* why) {
+// The cudaStream_t that the current stream of `device` wraps, without
+// linking torch's CUDA library, into `handle`; false (with `why`) where this
+// torch cannot say. A null handle is a real stream: torch's default stream
+// is CUDA's legacy default stream, whose cudaStream_t is 0.
+inline bool CurrentStreamHandle(c10::Device device, void** handle,
+                                std::string* why) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
   const c10::impl::DeviceGuardImplInterface* impl =
       c10::impl::getDeviceGuardImpl(device.type());
-  return impl->getStreamNativeHandle(impl->getStream(device));
+  *handle = impl->getStreamNativeHandle(impl->getStream(device));
+  return true;
 #else
   *why = "the GPU path needs torch 2.6 or newer (stream handles)";
-  return nullptr;
+  return false;
 #endif
 }
 

@@ -144,6 +144,21 @@ TEST(Config, SkipNonFiniteStepsIsABoolean) {
             "0 or 1 (also true/false, on/off)");
 }
 
+TEST(Config, KernelNamesCanLeaveCuptiToOtherTools) {
+  auto on = Load({});
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(on->kernel_names);
+  auto off = Load({{"NANHUNT_KERNEL_NAMES", "off"}});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->kernel_names);
+  EXPECT_NE(DescribeConfig(*off).find("NANHUNT_KERNEL_NAMES=0"), std::string::npos);
+  auto bad = Load({{"NANHUNT_KERNEL_NAMES", "some"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "NANHUNT_KERNEL_NAMES='some' is not valid; allowed: "
+            "0 or 1 (also true/false, on/off)");
+}
+
 TEST(Config, MissingFileIsAnError) {
   auto c = Load({{"NANHUNT_CONFIG", "/nonexistent/nanhunt.conf"}});
   ASSERT_FALSE(c.ok());

@@ -6,8 +6,11 @@
 #include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
 #include <cupti_result.h>
+#include <cupti_runtime_cbid.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -35,11 +38,10 @@ int FakeEnable(uint32_t enable, void*, int domain) {
   return CUPTI_SUCCESS;
 }
 
-std::vector<uint32_t> g_enabled_callbacks;
+std::vector<std::pair<int, uint32_t>> g_enabled_callbacks;
 int FakeEnableCallback(uint32_t enable, void*, int domain, uint32_t cbid) {
   EXPECT_EQ(enable, 1u);
-  EXPECT_EQ(domain, CUPTI_CB_DOMAIN_DRIVER_API);
-  g_enabled_callbacks.push_back(cbid);
+  g_enabled_callbacks.emplace_back(domain, cbid);
   return CUPTI_SUCCESS;
 }
 
@@ -67,15 +69,24 @@ TEST(KernelNamesTest, SubscribingEnablesEveryLaunchCallAndResources) {
   g_enabled_callbacks.clear();
   std::string why;
   EXPECT_TRUE(StartKernelNames(Fake(), &why)) << why;
-  // Launches one by one, not the whole driver domain (every driver call).
+  // Launches one by one, not the whole domains (every runtime and driver call).
   EXPECT_EQ(g_enabled, (std::vector<int>{CUPTI_CB_DOMAIN_RESOURCE}));
-  EXPECT_EQ(g_enabled_callbacks,
-            (std::vector<uint32_t>{CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-                                   CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz}));
+  const auto enabled = [](int domain, uint32_t cbid) {
+    return std::find(g_enabled_callbacks.begin(), g_enabled_callbacks.end(),
+                     std::make_pair(domain, cbid)) != g_enabled_callbacks.end();
+  };
+  // torch's own kernels: `<<<>>>` from CUDA 13, cudaLaunchKernel before.
+  EXPECT_TRUE(enabled(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000));
+  EXPECT_TRUE(enabled(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
+  EXPECT_TRUE(enabled(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060));
+  EXPECT_TRUE(enabled(CUPTI_CB_DOMAIN_RUNTIME_API,
+                      CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000));
+  // Triton's and the libraries' driver launches.
+  EXPECT_TRUE(enabled(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel));
+  EXPECT_TRUE(enabled(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx));
+  EXPECT_TRUE(enabled(CUPTI_CB_DOMAIN_DRIVER_API,
+                      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz));
+  EXPECT_EQ(g_enabled_callbacks.size(), kLaunchCallbackCount);
 }
 
 TEST(KernelNamesTest, WithoutPerCallEnablingTheDriverDomainIsEnabled) {
@@ -83,7 +94,8 @@ TEST(KernelNamesTest, WithoutPerCallEnablingTheDriverDomainIsEnabled) {
   g_enabled.clear();
   std::string why;
   EXPECT_TRUE(StartKernelNames(Fake(/*per_callback=*/false), &why)) << why;
-  EXPECT_EQ(g_enabled, (std::vector<int>{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RESOURCE}));
+  EXPECT_EQ(g_enabled, (std::vector<int>{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API,
+                                          CUPTI_CB_DOMAIN_RESOURCE}));
 }
 
 TEST(KernelNamesTest, NoCuptiMeansNoNamesAndAReason) {
@@ -92,17 +104,23 @@ TEST(KernelNamesTest, NoCuptiMeansNoNamesAndAReason) {
   EXPECT_FALSE(why.empty());
 }
 
+// What CUPTI hands the callback for one call of `cbid`.
+void Callback(int domain, uint32_t cbid, const char* name, CUpti_ApiCallbackSite site,
+              const void* params) {
+  CUpti_CallbackData data{};
+  data.callbackSite = site;
+  data.symbolName = name;
+  data.functionParams = params;
+  KernelCallback(nullptr, domain, cbid, &data);
+}
+
 void Launch(const char* name, unsigned grid, CUpti_ApiCallbackSite site = CUPTI_API_ENTER,
             uint32_t cbid = CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) {
   LaunchKernelParams params{};
   params.grid_x = grid;
   params.grid_y = 1;
   params.grid_z = 1;
-  CUpti_CallbackData data{};
-  data.callbackSite = site;
-  data.symbolName = name;
-  data.functionParams = &params;
-  KernelCallback(nullptr, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &data);
+  Callback(CUPTI_CB_DOMAIN_DRIVER_API, cbid, name, site, &params);
 }
 
 TEST(KernelNamesTest, LaunchesOfAnOpAreNamedWithTheirGrids) {
@@ -120,6 +138,43 @@ TEST(KernelNamesTest, LaunchesOfAnOpAreNamedWithTheirGrids) {
   EXPECT_EQ(KernelsSince(mark, 3), "gemm_kernel<<<80,1,1>>>; coop<<<2,1,1>>>; k<<<1,1,1>>>; +7 more");
   ForgetKernels();
   EXPECT_EQ(KernelsSince(mark), "");
+}
+
+void RuntimeLaunch(const char* name, unsigned grid, CUpti_ApiCallbackSite site,
+                   uint32_t cbid = CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000) {
+  RuntimeLaunchParams params{};
+  params.grid = Dim3{grid, 2, 1};
+  Callback(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name, site, &params);
+}
+
+TEST(KernelNamesTest, RuntimeLaunchesAreNamedOnceEvenWhenTheDriverSeesThemToo) {
+  ForgetKernels();
+  const size_t mark = KernelMark();
+  // A torch kernel: the runtime's callback names it; should the runtime's
+  // way to the driver raise a driver callback, that is the same launch.
+  RuntimeLaunch("_ZN2at6native18elementwise_kernel", 1024, CUPTI_API_ENTER);
+  Launch("_ZN2at6native18elementwise_kernel", 1024);
+  RuntimeLaunch("_ZN2at6native18elementwise_kernel", 1024, CUPTI_API_EXIT);
+  // Outside any runtime launch, a driver launch (Triton) is its own.
+  Launch("triton_poi_fused_add_0", 16);
+  RuntimeLaunch("_Z7oldpathPf", 3, CUPTI_API_ENTER, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+  RuntimeLaunch("_Z7oldpathPf", 3, CUPTI_API_EXIT, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+  // An extended launch reads its grid from the launch config.
+  Dim3 config_grid{7, 1, 1};
+  RuntimeLaunchExParams ex{};
+  ex.config = &config_grid;
+  for (CUpti_ApiCallbackSite site : {CUPTI_API_ENTER, CUPTI_API_EXIT}) {
+    Callback(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+             "cutlass_gemm", site, &ex);
+  }
+  // Any other runtime call (the whole domain on, without per-call enabling).
+  Callback(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020,
+           nullptr, CUPTI_API_ENTER, nullptr);
+  Launch("after_a_memcpy", 5);  // not taken for part of a runtime launch
+  EXPECT_EQ(KernelsSince(mark, 10),
+            "_ZN2at6native18elementwise_kernel<<<1024,2,1>>>; triton_poi_fused_add_0<<<16,1,1>>>; "
+            "_Z7oldpathPf<<<3,2,1>>>; cutlass_gemm<<<7,1,1>>>; after_a_memcpy<<<5,1,1>>>");
+  ForgetKernels();
 }
 
 }  // namespace
