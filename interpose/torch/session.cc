@@ -32,6 +32,20 @@ std::atomic<Session*> g_session{nullptr};
 std::atomic<bool> g_active{false};
 std::atomic<bool> g_finished{false};
 
+// Whether the process that started this one is monitored too (it has
+// nanhunt's library mapped): under a plain LD_PRELOAD a helper the training
+// starts (torch.compile's probe of a fresh kernel, an evaluation script)
+// is monitored as well, and its "nothing seen" must not sit under the
+// training's own finding as if it were the run's verdict.
+bool ParentIsMonitored() {
+  std::ifstream maps(absl::StrCat("/proc/", getppid(), "/maps"));
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (absl::StrContains(line, "/libnanhunt")) return true;
+  }
+  return false;
+}
+
 absl::Status MakeDirs(const std::string& path) {
   std::string partial;
   for (size_t i = 0; i <= path.size(); ++i) {
@@ -316,6 +330,9 @@ void Session::Finish() {
   writer_->PutMeta("findings", absl::StrCat(monitor_->findings()));
   writer_->Close();
   if (!config_.exit_summary) return;
+  // A monitored parent speaks for the run; this process only when it found
+  // something (`nanhunt view` on the folder shows both traces as one run).
+  if (monitor_->findings() == 0 && ParentIsMonitored()) return;
   std::string line = absl::StrCat("nanhunt: trace ", writer_->path());
   if (auto origin = monitor_->first_origin()) {
     absl::StrAppendFormat(

@@ -150,6 +150,11 @@ def test_a_helper_the_training_starts_does_not_hide_the_trainings_trace(out):
     report = view_json(out)
     assert report["first_origin"]["op"] == "aten::dot"
     assert len(report["traces"]) == 2, report["traces"]
+    # One exit summary, the training's: the helper, which found nothing,
+    # does not print "no non-finite values seen" under the training's origin.
+    assert r.stderr.count("nanhunt: trace ") == 1, r.stderr
+    assert "first non-finite: origin aten::dot" in r.stderr, r.stderr
+    assert "no non-finite values seen" not in r.stderr, r.stderr
 
 
 def test_torch_compile_tracing_does_not_switch_monitoring_off(out, tmp_path):
