@@ -17,13 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def trace_meta(out):
-    """Meta of the newest trace in OUT: what a monitored run really did."""
+    """Meta of the newest trace in OUT: what a monitored run really did,
+    with the GradScaler updates it recorded as `loss_scale_rows`."""
     traces = sorted(Path(out).glob("*.sqlite"), key=lambda p: p.stat().st_mtime)
     if not traces:
         return {}
     db = sqlite3.connect(traces[-1])
     try:
-        return dict(db.execute("SELECT key, value FROM meta"))
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+        meta["loss_scale_rows"] = db.execute("SELECT count(*) FROM loss_scale").fetchone()[0]
+        return meta
     finally:
         db.close()
 
@@ -84,7 +87,8 @@ def main():
                          else f"on, {meta.get('kernel_launches', '?')} launches seen")
                 print(f"{'':<4}GPU checks {meta['device_checks']}, unchecked outputs "
                       f"{unchecked}, ring waits {meta.get('check_ring_waits', '?')}, "
-                      f"kernel names {names}")
+                      f"kernel names {names}, GradScaler updates recorded "
+                      f"{meta['loss_scale_rows']} of {args.steps + 3}")
 
 
 if __name__ == "__main__":

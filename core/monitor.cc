@@ -406,10 +406,19 @@ void Monitor::OnOptimizerStepBegin() {
 }
 
 void Monitor::OnScalerUpdate(double scale, bool skipped) {
+  const StepTracker::ScalerStep s = OnScalerUpdateStep();
+  RecordLossScale(s.step, scale, skipped);
+}
+
+StepTracker::ScalerStep Monitor::OnScalerUpdateStep() {
   absl::MutexLock lock(&mu_);
   const StepTracker::ScalerStep s = steps_.OnScalerUpdate();
-  if (writer_) writer_->Add(LossScaleRow{s.step, scale, skipped});
   if (s.advanced) WriteStepLocked(s.step, clock_(), /*ended=*/true);
+  return s;
+}
+
+void Monitor::RecordLossScale(int64_t step, double scale, bool skipped) {
+  if (writer_) writer_->Add(LossScaleRow{step, scale, skipped});
 }
 
 std::string Monitor::OnStepSkipped() {

@@ -156,6 +156,11 @@ class Monitor {
   // GradScaler updated its scale to `scale`; `skipped`: it found non-finite
   // gradients, so the optimizer step was skipped.
   void OnScalerUpdate(double scale, bool skipped);
+  // The same in two parts, for a scaler on a GPU whose values arrive later:
+  // the step bookkeeping when the update runs (in order with the ops), then
+  // the loss-scale row, for the step the first part returned.
+  StepTracker::ScalerStep OnScalerUpdateStep();
+  void RecordLossScale(int64_t step, double scale, bool skipped);
 
   // The optimizer update of the current step does not happen
   // (NANHUNT_SKIP_NONFINITE_STEPS found non-finite gradients): records the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -42,16 +43,39 @@ std::atomic<int64_t> g_in_capture{0};
 LateOps* g_late = nullptr;  // leaked on purpose, like the session
 std::function<void(const LateOp&, Verdict)>* g_on_verdict = nullptr;
 
-// What a result is delivered with: the op, and which of its outputs.
+// Values read back from the device (ReadValuesOnDevice): complete once
+// every read has arrived.
+struct ValueRead {
+  std::function<void(const std::vector<double>&)> then;
+  std::vector<Format> formats;
+  std::vector<double> values;
+  std::atomic<int> pending{0};
+};
+
+// What a result is delivered with: the op and which of its outputs, or the
+// value read and which of its values.
 struct Pending {
   std::shared_ptr<LateOp> op;
+  std::shared_ptr<ValueRead> read;
   int index;
 };
+
+double ValueOf(Format format, const CheckCounts& c) {
+  if (c.nan != 0) return std::numeric_limits<double>::quiet_NaN();
+  if (c.posinf != 0) return std::numeric_limits<double>::infinity();
+  if (c.neginf != 0) return -std::numeric_limits<double>::infinity();
+  return MaxAbs(format, c);
+}
 
 void Deliver(void* context, const CheckCounts* counts) {
   std::unique_ptr<Pending> pending(static_cast<Pending*>(context));
   if (!MonitoringActive() || g_late == nullptr) return;
   try {
+    if (ValueRead* read = pending->read.get()) {
+      read->values[pending->index] = ValueOf(read->formats[pending->index], *counts);
+      if (read->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) read->then(read->values);
+      return;
+    }
     g_late->OnResult(pending->op, pending->index, *counts);
   } catch (...) {
     // The drain thread must survive: a lost classification is better
@@ -268,7 +292,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     std::string why;
     void* stream = nullptr;  // also the default stream's handle
     char error[256] = {};
-    auto* pending = new Pending{op, index};
+    auto* pending = new Pending{op, nullptr, index};
     const NanhuntDeviceTensor described = Describe(t, op->outputs[index].format);
     const bool enqueued =
         torch_compat::CurrentStreamHandle(t.device(), &stream, &why) &&
@@ -290,6 +314,39 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     op->pending.fetch_sub(1, std::memory_order_acq_rel);
   }
   g_late->OnResult(op, -1, CheckCounts{});  // let go (see LateOp::pending)
+  return true;
+}
+
+bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session,
+                        std::function<void(const std::vector<double>&)> then) {
+  auto read = std::make_shared<ValueRead>();
+  std::vector<NanhuntDeviceTensor> described;
+  for (const at::Tensor& t : tensors) {
+    const auto format = t.defined() ? torch_compat::FormatOf(t.scalar_type()) : std::nullopt;
+    if (!format || !IsCheckableOnDevice(t) || t.numel() != 1) return false;
+    read->formats.push_back(*format);
+    described.push_back(Describe(t, *format));
+  }
+  const CudaLibrary& lib = Library(session);
+  if (!lib.unavailable.empty()) return false;
+  read->then = std::move(then);
+  read->values.assign(tensors.size(), 0.0);
+  // One more than the reads until all are enqueued: a failed enqueue, or
+  // a result that arrives before the last enqueue, must not complete it.
+  read->pending.store(static_cast<int>(tensors.size()) + 1);
+  bool all = true;
+  for (size_t i = 0; i < tensors.size() && all; ++i) {
+    std::string why;
+    void* stream = nullptr;
+    char error[256] = {};
+    auto* pending = new Pending{nullptr, read, static_cast<int>(i)};
+    all = torch_compat::CurrentStreamHandle(tensors[i].device(), &stream, &why) &&
+          lib.enqueue(tensors[i].device().index(), stream, &described[i], pending, error,
+                      sizeof(error)) == 0;
+    if (!all) delete pending;
+  }
+  if (!all) return false;  // the reads already enqueued arrive and stay incomplete
+  if (read->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) read->then(read->values);
   return true;
 }
 

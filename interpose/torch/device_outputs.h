@@ -5,6 +5,7 @@
 
 #include <ATen/record_function.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,14 @@ void ForgetDeviceKernels();
 bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inputs,
                    const std::vector<c10::IValue>& outputs, const OpTraits& traits,
                    Session& session, const std::string& torch_dir);
+
+// Reads one-element floating-point tensors that live on a GPU without
+// making the host wait: each is checked on its stream like an op output,
+// and `then` gets their values (in order; NaN and ±inf kept, other values
+// as magnitudes) on the drain thread once all have arrived. False, with
+// `then` never called, when they cannot be read that way.
+bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session,
+                        std::function<void(const std::vector<double>&)> then);
 
 // Called with each late op's verdict (NaN guard, auto fp32), on the drain
 // thread. Set once, before any op.

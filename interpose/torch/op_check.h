@@ -121,7 +121,7 @@ std::vector<InputFacts> UnknownWrittenArgs(const OpTraits& traits);
 // GradScaler's update (`_amp_update_scale_(scale, growth_tracker,
 // found_inf, ...)`): the new scale and whether non-finite gradients were
 // found. Host tensors only: reading device tensors would sync the stream
-// (the GPU path will deliver them through the check ring).
+// (the plugin reads those through the check ring, ReadValuesOnDevice).
 struct ScalerUpdate {
   double scale;
   bool found_inf;

@@ -420,6 +420,39 @@ void LearnFromFinding(const at::RecordFunction& fn, const Frame* top,
   }
 }
 
+// GradScaler's update (`_amp_update_scale_(scale, growth_tracker,
+// found_inf, ...)`): it ends an iteration whose optimizer step it skipped,
+// and its scale goes into the trace. On a GPU the step is settled now, in
+// order with the ops (skipped: no optimizer step ran since the last
+// update), and the scale and found_inf are read back without a sync.
+void OnScalerUpdate(const std::vector<c10::IValue>& inputs) {
+  Session& session = *Session::Get();
+  Monitor& monitor = session.monitor();
+  const int64_t step = monitor.step();
+  if (auto update = ReadScalerUpdate(inputs)) {
+    monitor.OnScalerUpdate(update->scale, update->found_inf);
+    // A skip ends its iteration here unless step_guard.py reported it.
+    if (update->found_inf && monitor.step() != step) {
+      EscalateSampling(session, "GradScaler skipped the optimizer step (gradients not finite)",
+                       step);
+    }
+    return;
+  }
+  if (inputs.size() < 3 || !inputs[0].isTensor() || !inputs[2].isTensor() ||
+      !inputs[0].toTensor().is_cuda()) {
+    return;
+  }
+  const StepTracker::ScalerStep s = monitor.OnScalerUpdateStep();
+  if (s.advanced) {
+    EscalateSampling(session, "GradScaler skipped the optimizer step (gradients not finite)",
+                     step);
+  }
+  ReadValuesOnDevice({inputs[0].toTensor(), inputs[2].toTensor()}, session,
+                     [&monitor, row_step = s.step](const std::vector<double>& v) {
+                       monitor.RecordLossScale(row_step, v[0], v[1] != 0);
+                     });
+}
+
 std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
   std::vector<const void*> storages;
   for (const c10::IValue& v : values) {
@@ -435,19 +468,7 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   const OpTraits& traits = TraitsOf(fn);
-  if (strcmp(frame.name, kScalerUpdate) == 0) {
-    if (auto update = ReadScalerUpdate(frame.inputs)) {
-      Monitor& monitor = Session::Get()->monitor();
-      const int64_t step = monitor.step();
-      monitor.OnScalerUpdate(update->scale, update->found_inf);
-      // A skip ends its iteration here unless step_guard.py reported it.
-      if (update->found_inf && monitor.step() != step) {
-        EscalateSampling(*Session::Get(),
-                         "GradScaler skipped the optimizer step (gradients not finite)",
-                         step);
-      }
-    }
-  }
+  if (strcmp(frame.name, kScalerUpdate) == 0) OnScalerUpdate(frame.inputs);
   // A view computes nothing: its output is memory an earlier op produced.
   // torch.empty's output is garbage by contract.
   Session* session = Session::Get();
