@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "interpose/torch/observation.h"
+
 namespace nanhunt {
 
 using ObserverStart = std::unique_ptr<at::ObserverContext> (*)(const at::RecordFunction&);
@@ -27,21 +29,5 @@ using ObserverEnd = void (*)(const at::RecordFunction&, at::ObserverContext*);
 // prepares the sampled pair (sample mode), switched on by ObserveEveryOp(false).
 void InstallObservers(ObserverStart start, ObserverEnd end, bool sample_mode,
                       double sampled_share);
-
-// true: every op call, backward node and user scope is observed (check
-// mode, escalations, fully checked steps, interventions that act on every
-// op). false: user scopes always, and op calls as torch samples them.
-// Thread-safe; a no-op when nothing changes.
-void ObserveEveryOp(bool every);
-bool ObservingEveryOp();
-
-// The share of op calls torch samples while not observing every op (0:
-// none), from the next ReseedSampling or ObserveEveryOp(false) on: both come
-// at every step's end, where the share changes.
-void SetSampledShare(double share);
-
-// Reseeds the calling thread's sampling with `seed` and makes every thread
-// draw its next sampled call anew (called at each step, on the step's thread).
-void ReseedSampling(uint64_t seed);
 
 }  // namespace nanhunt

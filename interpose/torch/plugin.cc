@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -22,9 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "core/budget.h"
 #include "core/op_policy.h"
-#include "core/sampler.h"
 #include "interpose/torch/device_outputs.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/fp32_fallback.h"
@@ -33,6 +30,7 @@
 #include "interpose/torch/op_check.h"
 #include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
+#include "interpose/torch/sample_control.h"
 #include "interpose/torch/snapshot.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/torch_compat.h"
@@ -161,7 +159,6 @@ void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
   std::abort();
 }
 
-void EscalateSampling(Session& session, const std::string& why, int64_t step = -1);
 
 // A checked op's verdict in sample mode: non-finite values, or a jump in
 // the op's headroom (the monitor warns when its max |x| grows), escalate.
@@ -229,8 +226,6 @@ Phase CurrentPhase(const ThreadState& ts) {
   return Phase::kForward;
 }
 
-constexpr char kScalerUpdate[] = "aten::_amp_update_scale_";
-
 // NANHUNT_SKIP_NONFINITE_STEPS: registers step_guard.py's optimizer hooks,
 // once, at the first optimizer step (torch.optim cannot be imported while
 // torch itself is still being imported, when this plugin starts). The hooks
@@ -261,112 +256,6 @@ except Exception as e:
             "nanhunt: the gradient check needs torch.optim in a Python "
             "process; no step is skipped and sample mode has no sentinel\n");
   }
-}
-
-// NANHUNT_MODE=sample: something was seen at `step` (-1: the current
-// step); check every op for a while.
-void EscalateSampling(Session& session, const std::string& why, int64_t step) {
-  Sampler* sampler = session.sampler();
-  if (sampler == nullptr) return;
-  if (step < 0) step = session.monitor().step();
-  const bool new_window = sampler->Escalate(step);
-  ObserveEveryOp(true);  // also when an open window was only extended
-  if (!new_window) return;
-  const std::string detail = absl::StrCat(
-      why, " at step ", step, ": every op checked through step ",
-      sampler->escalated_until());
-  session.writer().Add(EventRow{static_cast<double>(std::time(nullptr)),
-                                "escalated", detail});
-  session.writer().Add(EscalationRow{step, sampler->escalated_until(), why,
-                                     static_cast<double>(std::time(nullptr))});
-  if (!session.config().quiet) fprintf(stderr, "nanhunt: sample mode: %s\n", detail.c_str());
-}
-
-std::atomic<int64_t> g_calls_seen{0};
-std::atomic<int64_t> g_calls_checked{0};
-std::atomic<bool> g_torch_sampled{false};  // torch sampled op calls at some point
-
-// NANHUNT_BUDGET: time spent in checks since the last step, and the step's
-// start; the controller is set at start when a budget is configured.
-std::atomic<int64_t> g_check_ns{0};
-std::atomic<int64_t> g_step_started_ns{0};
-BudgetController* g_budget = nullptr;
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// A step ended: adjust the share of ops checked to the budget.
-void SpendBudget(Session& session) {
-  Sampler* sampler = session.sampler();
-  if (g_budget == nullptr || sampler == nullptr) return;
-  const int64_t now = NowNs();
-  const int64_t started = g_step_started_ns.exchange(now);
-  const int64_t spent = g_check_ns.exchange(0);
-  if (started == 0) return;
-  const double rate = sampler->op_fraction();
-  if (auto next = g_budget->OnStep(now - started, spent, rate)) {
-    sampler->set_op_fraction(*next);
-    SetSampledShare(*next);
-    session.writer().Add(EventRow{
-        static_cast<double>(std::time(nullptr)), "sample_rate",
-        absl::StrFormat("step %d: checks took %.2f%% of the step at %.4g of op calls; "
-                        "now %.4g",
-                        session.monitor().step(),
-                        100.0 * static_cast<double>(spent) / static_cast<double>(now - started),
-                        rate, *next)});
-  }
-}
-
-// Interventions that act on every op call (fp32 ops, autocast dtype) need
-// every op observed.
-bool NeedsEveryOp(Session& session) {
-  LiveSettings& live = session.live();
-  if (live.autocast_bf16.load() || live.fp32_auto.load()) return true;
-  absl::MutexLock lock(&live.mu);
-  return !live.fp32_ops.empty();
-}
-
-// Sample mode, at each step's end: every op observed while escalated, in a
-// fully checked step, or for interventions; otherwise torch samples op
-// calls, from a seed made of (NANHUNT_SAMPLE_SEED, step) (observers.h).
-// Processes without optimizer records (C++ optimizers) never come here and
-// keep observing every op, sampled by core/sampler.h's hash.
-void UpdateObservation(Session& session) {
-  Sampler* sampler = session.sampler();
-  if (sampler == nullptr) return;
-  const int64_t step = session.monitor().step();
-  const bool every = sampler->FullStep(step) || NeedsEveryOp(session);
-  ObserveEveryOp(every);
-  if (every) return;
-  g_torch_sampled.store(true);
-  ReseedSampling(Mix(static_cast<uint64_t>(session.config().sample_seed) ^
-                     Mix(static_cast<uint64_t>(step))));
-}
-
-// Sample mode: whether this op call is checked (core/sampler.h). Calls are
-// numbered per thread within each step.
-bool Sampled(Session& session, const char* name) {
-  Sampler* sampler = session.sampler();
-  if (sampler == nullptr) return true;
-  if (!ObservingEveryOp()) {  // this call reached us because torch sampled it
-    g_calls_checked.fetch_add(1, std::memory_order_relaxed);
-    return true;
-  }
-  thread_local int64_t t_step = -1, t_call = 0;
-  const int64_t step = session.monitor().step();
-  if (step != t_step) {
-    t_step = step;
-    t_call = 0;
-  }
-  g_calls_seen.fetch_add(1, std::memory_order_relaxed);
-  // GradScaler's update ends an iteration the optimizer skipped: always seen.
-  if (strcmp(name, kScalerUpdate) == 0) return true;
-  if (!sampler->ShouldCheck(step, name, t_call++)) return false;
-  g_calls_checked.fetch_add(1, std::memory_order_relaxed);
-  return true;
 }
 
 bool HasFp16Output(const std::vector<TensorFacts>& outputs) {
@@ -654,7 +543,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           break;
         }
         f.kind = FrameKind::kOp;
-        const int64_t start_t0 = g_budget != nullptr ? NowNs() : 0;
+        const int64_t start_t0 = BudgetOn() ? NowNs() : 0;
         f.cache_mark = CacheMark();
         f.kernel_mark = DeviceKernelMark();
         f.autocast_on = at::autocast::is_autocast_enabled(at::kCPU) ||
@@ -676,7 +565,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
                                         Session::Get()->monitor().limits());
           ts.busy = false;
         }
-        f.start_cost_ns = g_budget != nullptr ? NowNs() - start_t0 : 0;
+        f.start_cost_ns = BudgetOn() ? NowNs() - start_t0 : 0;
       }
     }
   } catch (const std::exception& e) {
@@ -703,12 +592,9 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
           UpdateObservation(*Session::Get());
           break;
         case FrameKind::kOp: {
-          const int64_t t0 = g_budget != nullptr ? NowNs() : 0;
+          const int64_t t0 = BudgetOn() ? NowNs() : 0;
           OpEnded(fn, ts, index);
-          if (g_budget != nullptr) {
-            g_check_ns.fetch_add(NowNs() - t0 + ts.frames[index].start_cost_ns,
-                                 std::memory_order_relaxed);
-          }
+          if (BudgetOn()) AddCheckTime(NowNs() - t0 + ts.frames[index].start_cost_ns);
           bool top_level = true;
           for (int i = 0; i < index && top_level; ++i) {
             top_level = ts.frames[i].kind != FrameKind::kOp;
@@ -844,7 +730,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
     });
     SetLateVerdictHandler(&OnLateVerdict);
     if ((*session)->sampler() != nullptr && (*session)->config().budget > 0) {
-      g_budget = new BudgetController((*session)->config().budget);  // leaked
+      StartBudget((*session)->config().budget);
     }
     (*session)->set_on_finish([](TraceWriter& w) {
       DrainDeviceChecks();  // usually done already, from Python's atexit
@@ -873,12 +759,13 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
       if (session->sampler() != nullptr) {
+        const SampleTotals sampled = GetSampleTotals();
         // Calls torch left unsampled never reach nanhunt: no count of them.
-        if (!g_torch_sampled.load()) {
-          w.PutMeta("op_calls_seen", absl::StrCat(g_calls_seen.load()));
+        if (!sampled.torch_sampled) {
+          w.PutMeta("op_calls_seen", absl::StrCat(sampled.calls_seen));
         }
-        w.PutMeta("op_sampling", g_torch_sampled.load() ? "torch" : "hash");
-        w.PutMeta("op_calls_checked", absl::StrCat(g_calls_checked.load()));
+        w.PutMeta("op_sampling", sampled.torch_sampled ? "torch" : "hash");
+        w.PutMeta("op_calls_checked", absl::StrCat(sampled.calls_checked));
         w.PutMeta("sample_ops_final", absl::StrCat(session->sampler()->op_fraction()));
       }
       const std::vector<std::string> learned = LearnedFp32Ops();
