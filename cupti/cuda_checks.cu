@@ -50,7 +50,9 @@ class DeviceScope {
 // unsafe and answer by invalidating the capture: the drain thread's event
 // queries, and the allocations of a device's first check. None of them
 // touches a capturing stream; this is how torch's own NCCL watchdog and
-// caching allocator query events during captures.
+// caching allocator query events during captures (the watchdog's queries
+// ended users' captures: pytorch/pytorch#104555, fixed the same way in
+// #148594).
 class RelaxedCaptureMode {
  public:
   RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }

@@ -5,7 +5,8 @@
 // reaches __cudaLaunchKernel from CUDA 13, cudaLaunchKernel before),
 // whose internal path to the driver raises no driver callback, and the
 // driver's (Triton's cuLaunchKernel, libraries that launch through the
-// driver), cooperative and extended launches included — and to resource
+// driver; Kineto added those for Triton, pytorch/kineto#752), cooperative
+// and extended launches included — and to resource
 // callbacks. A driver launch inside a runtime launch is the same kernel
 // and is not recorded twice. The callback
 // runs on the launching thread, inside the op that launched: it appends to

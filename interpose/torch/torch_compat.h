@@ -52,7 +52,8 @@ inline const char* TorchVersion() { return TORCH_VERSION; }
 // The cudaStream_t that the current stream of `device` wraps, without
 // linking torch's CUDA library, into `handle`; false (with `why`) where this
 // torch cannot say. A null handle is a real stream: torch's default stream
-// is CUDA's legacy default stream, whose cudaStream_t is 0.
+// is CUDA's legacy default stream, whose cudaStream_t is 0
+// (c10/cuda/CUDAStream.cpp, CUDAStream::stream()).
 inline bool CurrentStreamHandle(c10::Device device, void** handle,
                                 std::string* why) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
