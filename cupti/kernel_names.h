@@ -1,19 +1,18 @@
 // CUPTI kernel attribution: which kernels (name, grid) each op launched.
 //
 // nanhunt subscribes as "nanhunt" (cuptiSubscribe_v2) to the kernel
-// launches of both APIs — the runtime's (torch's own kernels: `<<<>>>`
-// reaches __cudaLaunchKernel from CUDA 13, cudaLaunchKernel before),
-// whose internal path to the driver raises no driver callback, and the
-// driver's (Triton's cuLaunchKernel, libraries that launch through the
-// driver; Kineto added those for Triton, pytorch/kineto#752), cooperative
-// and extended launches included — and to resource
-// callbacks. A driver launch inside a runtime launch is the same kernel
-// and is not recorded twice. The callback
-// runs on the launching thread, inside the op that launched: it appends to
-// a per-thread list that the plugin reads at the op's end. If another tool
-// holds CUPTI (torch.profiler/Kineto, Nsight Systems or Compute), nanhunt
-// says once who (`oldSubscriberName`) and goes on without kernel names; it
-// never finalizes or unsubscribes anyone else.
+// launches of both APIs and to resource callbacks. The runtime's launches
+// are torch's own kernels (`<<<>>>` reaches __cudaLaunchKernel from CUDA
+// 13, cudaLaunchKernel before); the runtime's internal way into the driver
+// raises no driver callback. The driver's are Triton's cuLaunchKernel and
+// libraries that launch through the driver (Kineto added those for Triton,
+// pytorch/kineto#752). Cooperative and extended launches are included; a
+// driver launch inside a runtime launch is the same kernel, recorded once.
+// The callback runs on the launching thread, inside the op that launched:
+// it appends to a per-thread list that the plugin reads at the op's end. If
+// another tool holds CUPTI (torch.profiler/Kineto, Nsight Systems or
+// Compute), nanhunt says once who (`oldSubscriberName`) and goes on without
+// kernel names; it never finalizes or unsubscribes anyone else.
 //
 // CUPTI is reached through CuptiCalls (function pointers): libcupti is
 // dlopened (the one already in the process first: torch ships one), and the

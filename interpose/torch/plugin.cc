@@ -159,7 +159,6 @@ void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
   std::abort();
 }
 
-
 // A checked op's verdict in sample mode: non-finite values, or a jump in
 // the op's headroom (the monitor warns when its max |x| grows), escalate.
 void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict) {
