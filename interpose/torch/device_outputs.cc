@@ -183,6 +183,22 @@ NanhuntDeviceTensor Describe(const at::Tensor& t, Format format) {
   return d;
 }
 
+// Enqueues the check of `t` (as `described`) on its device's current
+// stream; `pending` comes back through Deliver. False, with `error` saying
+// why, when it could not be enqueued: `pending` is then still the caller's.
+bool EnqueueCheck(const CudaLibrary& lib, const at::Tensor& t,
+                  const NanhuntDeviceTensor& described, Pending* pending,
+                  std::string* error) {
+  void* stream = nullptr;  // also the default stream's handle
+  if (!torch_compat::CurrentStreamHandle(t.device(), &stream, error)) return false;
+  char text[256] = {};
+  if (lib.enqueue(t.device().index(), stream, &described, pending, text, sizeof(text)) == 0) {
+    return true;
+  }
+  *error = text;
+  return false;
+}
+
 }  // namespace
 
 bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inputs,
@@ -289,22 +305,15 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   }
   op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
   for (const auto& [t, index] : device_outputs) {
-    std::string why;
-    void* stream = nullptr;  // also the default stream's handle
-    char error[256] = {};
+    std::string error;
     auto* pending = new Pending{op, nullptr, index};
-    const NanhuntDeviceTensor described = Describe(t, op->outputs[index].format);
-    const bool enqueued =
-        torch_compat::CurrentStreamHandle(t.device(), &stream, &why) &&
-        lib.enqueue(t.device().index(), stream, &described, pending, error,
-                    sizeof(error)) == 0;
-    if (enqueued) {
+    if (EnqueueCheck(lib, t, Describe(t, op->outputs[index].format), pending, &error)) {
       g_enqueued.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     delete pending;
     // Not checked, and said so: never read as finite.
-    if (absl::string_view(error).find("capturing") != absl::string_view::npos) {
+    if (error.find("capturing") != std::string::npos) {
       g_in_capture.fetch_add(1, std::memory_order_relaxed);
     } else {
       CountUnchecked(/*on_device=*/true);
@@ -334,18 +343,14 @@ bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session
   // One more than the reads until all are enqueued: a failed enqueue, or
   // a result that arrives before the last enqueue, must not complete it.
   read->pending.store(static_cast<int>(tensors.size()) + 1);
-  bool all = true;
-  for (size_t i = 0; i < tensors.size() && all; ++i) {
-    std::string why;
-    void* stream = nullptr;
-    char error[256] = {};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::string error;
     auto* pending = new Pending{nullptr, read, static_cast<int>(i)};
-    all = torch_compat::CurrentStreamHandle(tensors[i].device(), &stream, &why) &&
-          lib.enqueue(tensors[i].device().index(), stream, &described[i], pending, error,
-                      sizeof(error)) == 0;
-    if (!all) delete pending;
+    if (!EnqueueCheck(lib, tensors[i], described[i], pending, &error)) {
+      delete pending;
+      return false;  // the reads already enqueued arrive and stay incomplete
+    }
   }
-  if (!all) return false;  // the reads already enqueued arrive and stay incomplete
   if (read->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) read->then(read->values);
   return true;
 }

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <initializer_list>
+#include <utility>
 
 #include "core/trace_writer.h"
 #include "gtest/gtest.h"
@@ -54,6 +56,15 @@ class TraceTest : public ::testing::Test {
     f.fp32_max_abs = 71000.0;
     f.source = "model.py:33 in forward";
     (*w)->Add(f);
+    (*w)->Close();
+  }
+  // A finished trace holding only `meta` (with a command and an end).
+  void WriteMeta(std::initializer_list<std::pair<const char*, const char*>> meta) {
+    auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+    ASSERT_TRUE(w.ok()) << w.status();
+    (*w)->PutMeta("command", "python train.py");
+    (*w)->PutMeta("ended", "1");
+    for (const auto& [key, value] : meta) (*w)->PutMeta(key, value);
     (*w)->Close();
   }
   std::string dir_, path_;
@@ -181,13 +192,7 @@ TEST_F(TraceTest, TruncatedTraceStillOpensWithWhatCanBeRead) {
 TEST_F(TraceTest, WhatCudaGraphsKeptFromTheCheckIsANote) {
   // A run whose steps were captured into CUDA graphs must not read as
   // "all finite" without saying that those ops were never checked.
-  auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
-  ASSERT_TRUE(w.ok()) << w.status();
-  (*w)->PutMeta("command", "python train.py");
-  (*w)->PutMeta("ended", "1");
-  (*w)->PutMeta("outputs_in_graph_capture", "412");
-  (*w)->PutMeta("optimizer_steps_in_graph_capture", "1");
-  (*w)->Close();
+  WriteMeta({{"outputs_in_graph_capture", "412"}, {"optimizer_steps_in_graph_capture", "1"}});
   auto t = ReadTrace(path_);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_EQ(t->problems.size(), 2u);
@@ -200,12 +205,7 @@ TEST_F(TraceTest, WhatCudaGraphsKeptFromTheCheckIsANote) {
 }
 
 TEST_F(TraceTest, NoGraphCaptureNoNote) {
-  auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
-  ASSERT_TRUE(w.ok()) << w.status();
-  (*w)->PutMeta("command", "python train.py");
-  (*w)->PutMeta("ended", "1");
-  (*w)->PutMeta("outputs_in_graph_capture", "0");
-  (*w)->Close();
+  WriteMeta({{"outputs_in_graph_capture", "0"}});
   auto t = ReadTrace(path_);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(t->problems.empty()) << t->problems.front();
