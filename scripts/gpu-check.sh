@@ -19,18 +19,33 @@ prefix=""
 if ls .gpu-deps/*.deb >/dev/null 2>&1; then
   prefix=$PWD/.gpu-deps/root
   mkdir -p "$prefix"
-  for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+  for deb in .gpu-deps/*.deb; do
+    if command -v dpkg >/dev/null; then
+      dpkg -x "$deb" "$prefix"
+    else  # a .deb is an ar archive with its files in data.tar.*
+      unpack=$(mktemp -d) && (cd "$unpack" && ar x "$OLDPWD/$deb") && tar -xf "$unpack"/data.tar.* -C "$prefix"
+    fi
+  done
   export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+# CMake looks for nvcc on PATH only; the toolkit is usually at /usr/local/cuda.
+if [[ -z ${CUDACXX:-} ]] && ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+echo "machine: $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(c++ --version | head -1)," \
+  "$(cmake --version | head -1), nvcc $("${CUDACXX:-nvcc}" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), $(nproc) cores"
 
 # A failing part is noted and the script goes on: one device run should
 # bring back every figure it can. The summary names what failed.
 failed=()
 
 "$python" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PYTHON="$python" \
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PYTHON="$python" \
   ${prefix:+-DCMAKE_PREFIX_PATH=$prefix/usr -DCMAKE_INCLUDE_PATH=$prefix/usr/include -DCMAKE_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu} \
-  -DCMAKE_CUDA_ARCHITECTURES=native >/dev/null
+  -DCMAKE_CUDA_ARCHITECTURES=native >"$build.configure.log" || { cat "$build.configure.log"; exit 1; }
+grep '^-- nanhunt' "$build.configure.log" || true
 cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests \
   nanhunt_cuda_api_test nanhunt_kernel_names_test
 
