@@ -32,8 +32,8 @@ fi
 if [[ -z ${CUDACXX:-} ]] && ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
+generator=() keep_going=()  # every compile error of a build at once, not the first
+command -v ninja >/dev/null && generator=(-G Ninja) keep_going=(-- -k 0)
 echo "machine: $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(c++ --version | head -1)," \
   "$(cmake --version | head -1), nvcc $("${CUDACXX:-nvcc}" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), $(nproc) cores"
 
@@ -47,7 +47,7 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PY
   -DCMAKE_CUDA_ARCHITECTURES=native >"$build.configure.log" || { cat "$build.configure.log"; exit 1; }
 grep '^-- nanhunt' "$build.configure.log" || true
 cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests \
-  nanhunt_cuda_api_test nanhunt_kernel_names_test
+  nanhunt_cuda_api_test nanhunt_kernel_names_test "${keep_going[@]}"
 
 echo "== GPU tests"
 "$build"/bin/nanhunt_gpu_tests --gtest_brief=1 || failed+=("GPU tests")
@@ -60,7 +60,7 @@ echo "== check kernel benchmark"
 "$build"/bin/gpu_check_bandwidth | tee "$build"/bandwidth.txt || failed+=("kernel benchmark")
 
 echo "== the demo on CUDA, fp16 autocast, under nanhunt"
-cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda >/dev/null
+cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda "${keep_going[@]}" >/dev/null
 rm -rf "$build"/demo-cuda
 "$build"/bin/nanhunt run --out "$build"/demo-cuda -- "$python" demo/train.py --device cuda \
   > "$build"/demo-cuda.log 2>&1 || true
