@@ -60,7 +60,12 @@ echo "== check kernel benchmark"
 "$build"/bin/gpu_check_bandwidth | tee "$build"/bandwidth.txt || failed+=("kernel benchmark")
 
 echo "== the demo on CUDA, fp16 autocast, under nanhunt"
-cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda "${keep_going[@]}" >/dev/null
+if ! cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda \
+    "${keep_going[@]}" >"$build"/plugin-build.log; then
+  grep -v '^\[' "$build"/plugin-build.log
+  echo "FAILED: the build of the library and the torch plugin"
+  exit 1
+fi
 rm -rf "$build"/demo-cuda
 "$build"/bin/nanhunt run --out "$build"/demo-cuda -- "$python" demo/train.py --device cuda \
   > "$build"/demo-cuda.log 2>&1 || true
