@@ -44,7 +44,7 @@ failed=()
 "$python" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PYTHON="$python" \
   ${prefix:+-DCMAKE_PREFIX_PATH=$prefix/usr -DCMAKE_INCLUDE_PATH=$prefix/usr/include -DCMAKE_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu} \
-  -DCMAKE_CUDA_ARCHITECTURES=native >"$build.configure.log" || { cat "$build.configure.log"; exit 1; }
+  -DCMAKE_CUDA_ARCHITECTURES=native >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep '^-- nanhunt' "$build.configure.log" || true
 cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests \
   nanhunt_cuda_api_test nanhunt_kernel_names_test "${keep_going[@]}"
