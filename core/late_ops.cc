@@ -35,6 +35,7 @@ class LateContext final : public OpContext {
             f.deliberate = true;
             break;
           case StorageState::kFinite:
+            f.assumed_finite = true;
             break;
         }
       }
@@ -82,6 +83,8 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
   event.thread = op->thread;
   event.late_step = op->step;
   event.kernels = op->kernels;
+  event.loss_scaling = op->loss_scaling;
+  event.others_unchecked = op->others_unchecked;
   event.outputs = op->outputs;
   {
     absl::MutexLock lock(&mu_);

@@ -123,7 +123,27 @@ std::optional<FindingRow> Monitor::last_origin() const {
   return last_origin_;
 }
 
+namespace {
+
+// What remains of a loss-scaling op's counts (OpEvent::loss_scaling): its
+// non-finite values, and no magnitudes.
+std::vector<TensorFacts> WithoutMagnitudes(absl::Span<const TensorFacts> outputs) {
+  std::vector<TensorFacts> kept(outputs.begin(), outputs.end());
+  for (TensorFacts& t : kept) {
+    t.counts.near_max = t.counts.underflow = t.counts.fp16_overflow = 0;
+    if (!AnyNonFinite(t.counts)) t.counts.max_abs_bits = 0;
+  }
+  return kept;
+}
+
+}  // namespace
+
 Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
+  std::vector<TensorFacts> loss_scaled;
+  if (e.loss_scaling) {
+    loss_scaled = WithoutMagnitudes(e.outputs);
+    e.outputs = loss_scaled;
+  }
   Format format = Format::kF32;
   const CheckCounts total = Total(e.outputs, format);
   const bool nonfinite = AnyNonFinite(total);
@@ -217,9 +237,13 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs) {
   if (total.nan != 0 || !CarriesMasks(e.op)) return false;
-  bool any_deliberate = false;
+  bool any_deliberate = false, any_assumed = false;
   for (InputFacts& in : inputs) {
+    any_assumed |= in.assumed_finite;
     if (!in.checked || !AnyNonFinite(in.counts)) continue;
+    if (e.others_unchecked && !in.produced_by_op && in.counts.nan == 0) {
+      in.deliberate = true;  // presumed: its maker was not checked
+    }
     // A ±inf scalar, or a one-value ±inf tensor no op made
     // (torch.tensor(float("-inf"))), that the program hands to a fill is a
     // mask, also as it reaches the in-place fill inside (masked_fill ->
@@ -233,7 +257,9 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
     if (!in.deliberate || in.counts.nan != 0) return false;
     any_deliberate = true;
   }
-  return any_deliberate;
+  // On a GPU the inputs were not read: ±inf from inputs no check saw is
+  // presumed a mask carried along while others go unchecked.
+  return any_deliberate || (e.others_unchecked && any_assumed);
 }
 
 Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
@@ -273,6 +299,11 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   // dispatcher (a scalar the enclosing kernel computed and then passed to
   // fill_, say) comes from the enclosing op: let that op be judged.
   if (verdict == Verdict::kInput && !e.top_op.empty()) {
+    verdict = Verdict::kPropagated;
+  }
+  // While others go unchecked, a non-finite input no check saw made may
+  // come from an op as well as from the data: not called data.
+  if (verdict == Verdict::kInput && e.others_unchecked) {
     verdict = Verdict::kPropagated;
   }
   const char* kind = verdict == Verdict::kOrigin  ? "origin"

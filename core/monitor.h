@@ -61,6 +61,9 @@ struct InputFacts {
   // Its non-finite values are ±inf a mask put there on purpose (see
   // PlacesScalar in core/op_policy.h), not a problem by themselves.
   bool deliberate = false;
+  // On a GPU, not read: no check of the op that wrote it found anything
+  // (or none was made), so it is taken as finite.
+  bool assumed_finite = false;
 };
 
 // What the registry of storages (kept by the plugin) knows of a tensor's
@@ -105,6 +108,18 @@ struct OpEvent {
   // open when they arrive (at most the ring's lag later).
   int64_t late_step = -1;
   absl::string_view kernels;  // GPU kernels it launched, when known
+  // The op reads or writes GradScaler's loss scale (the scaled loss, its
+  // gradient, the scale's own update): its values exceed fp16's range on
+  // purpose, in fp32, so their size is no headroom finding, does not warn
+  // and stays out of the op statistics; non-finite values still count.
+  bool loss_scaling = false;
+  // Only a share of ops is checked now (sample mode, outside full and
+  // escalated steps): non-finite values this op was given may come from an
+  // op nobody checked. ±inf carried by an op that carries masks is then
+  // presumed a mask (a real overflow reaches the loss, where the sentinel
+  // escalates and the origin is found with every op checked), and NaN is
+  // never called input data.
+  bool others_unchecked = false;
 };
 
 // kWarned: finite, but a near-max finding was recorded for it.

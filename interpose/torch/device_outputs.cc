@@ -16,6 +16,7 @@
 #include "cupti/cuda_api.h"
 #include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
+#include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/torch_compat.h"
 
@@ -228,6 +229,8 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->grad_enabled = call.grad_enabled;
   op->takes_grad_input = call.takes_grad_input;
   op->thread = call.thread;
+  op->loss_scaling = TouchesLossScale(inputs, outputs);
+  op->others_unchecked = OthersUnchecked(session);
   const Monitor::Position position = session.monitor().NoteLateOp(
       call.phase, call.grad_enabled, call.takes_grad_input, call.top_level);
   op->step = position.step;

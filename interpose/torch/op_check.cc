@@ -62,6 +62,28 @@ void ForEachTensor(const c10::IValue& v,
   }
 }
 
+}  // namespace
+
+LossScaleStorages& LossScales() {
+  static auto* scales = new LossScaleStorages;  // leaked, like the session
+  return *scales;
+}
+
+bool TouchesLossScale(const std::vector<c10::IValue>& inputs,
+                      const std::vector<c10::IValue>& outputs) {
+  LossScaleStorages& scales = LossScales();
+  if (scales.empty()) return false;
+  bool found = false;
+  auto look = [&](const at::Tensor& t) {
+    found = found || (t.defined() && scales.Contains(StorageKey(t)));
+  };
+  for (const c10::IValue& v : inputs) ForEachTensor(v, look);
+  for (const c10::IValue& v : outputs) ForEachTensor(v, look);
+  return found;
+}
+
+namespace {
+
 // The last few tensors this thread checked at the end of an op, so that
 // the same memory in the same state is not scanned twice: the output of
 // linear is the output of the addmm inside it, and the parameter an

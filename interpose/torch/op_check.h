@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/loss_scale_storages.h"
 #include "core/monitor.h"
 
 namespace nanhunt {
@@ -100,6 +101,12 @@ bool KnownDeliberate(const at::Tensor& t);  // a mask's ±inf
 const void* StorageKey(const at::Tensor& t);
 void RememberStorage(const void* key, StorageState state);
 StorageState StorageStateOf(const void* key);
+
+// GradScaler's scales (core/loss_scale_storages.h), and whether an op's
+// inputs or outputs include one: such an op is OpEvent::loss_scaling.
+LossScaleStorages& LossScales();
+bool TouchesLossScale(const std::vector<c10::IValue>& inputs,
+                      const std::vector<c10::IValue>& outputs);
 
 // For ops that are not checked because they only copy values: their
 // outputs are known non-finite when an input was. Cheap while nothing is

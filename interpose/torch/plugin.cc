@@ -225,6 +225,29 @@ Phase CurrentPhase(const ThreadState& ts) {
   return Phase::kForward;
 }
 
+std::string StepGuardScript() {
+  const std::string lib = PluginPath();
+  return lib.substr(0, lib.rfind('/')) + "/../share/nanhunt/step_guard.py";
+}
+
+// step_guard.py, loaded once per process (the GradScaler wrapper loads it
+// before the step guard does): prefixed to the code that uses it.
+std::string WithStepGuard(const char* code) {
+  static constexpr char kLoad[] = R"py(
+import sys
+def _load_guard():
+    guard = sys.modules.get("nanhunt_step_guard")
+    if guard is None:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("nanhunt_step_guard", SCRIPT)
+        guard = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(guard)
+        sys.modules["nanhunt_step_guard"] = guard
+    return guard
+)py";
+  return std::string(kLoad) + code;
+}
+
 // NANHUNT_SKIP_NONFINITE_STEPS: registers step_guard.py's optimizer hooks,
 // once, at the first optimizer step (torch.optim cannot be imported while
 // torch itself is still being imported, when this plugin starts). The hooks
@@ -233,15 +256,10 @@ void InstallStepGuard() {
   static std::atomic<bool> tried{false};
   if (tried.exchange(true)) return;
   const std::string lib = PluginPath();
-  const std::string script =
-      lib.substr(0, lib.rfind('/')) + "/../share/nanhunt/step_guard.py";
+  const std::string script = StepGuardScript();
   static constexpr char kInstall[] = R"py(
 try:
-    import importlib.util
-    _spec = importlib.util.spec_from_file_location("nanhunt_step_guard", SCRIPT)
-    _guard = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_guard)
-    _guard.install(LIBRARY, SENTINEL)
+    _load_guard().install(LIBRARY, SENTINEL)
 except Exception as e:
     import sys
     print(f"nanhunt: the gradient check cannot work here ({e!r}); no step is "
@@ -249,11 +267,43 @@ except Exception as e:
 )py";
   Session* session = Session::Get();
   const bool sentinel = session->sampler() != nullptr;
-  if (!RunPython(kInstall, {{"SCRIPT", script}, {"LIBRARY", lib},
+  if (!RunPython(WithStepGuard(kInstall).c_str(), {{"SCRIPT", script}, {"LIBRARY", lib},
                             {"SENTINEL", sentinel ? "1" : "0"}})) {
     fprintf(stderr,
             "nanhunt: the gradient check needs torch.optim in a Python "
             "process; no step is skipped and sample mode has no sentinel\n");
+  }
+}
+
+// GradScaler.scale's wrapper (step_guard.py's watch_loss_scale), which
+// names the scale's memory before the first loss is multiplied by it: set
+// up at the first op once torch has finished importing (its classes do not
+// exist before). Until then, tried at most once a millisecond.
+void WatchLossScale() {
+  static std::atomic<bool> done{false};
+  static std::atomic<int64_t> last_try{0};
+  if (done.load(std::memory_order_relaxed)) return;
+  if (!Python().ok) {
+    done.store(true);
+    return;
+  }
+  const int64_t now = NowNs();
+  if (now - last_try.load(std::memory_order_relaxed) < 1'000'000) return;
+  last_try.store(now, std::memory_order_relaxed);
+  const std::string lib = PluginPath();
+  static constexpr char kWatch[] = R"py(
+import sys
+_torch = sys.modules.get("torch")
+if _torch is None or getattr(getattr(_torch, "__spec__", None), "_initializing", False):
+    raise ImportError("torch is still being imported")
+try:
+    _load_guard().watch_loss_scale(LIBRARY)
+except Exception as e:
+    print(f"nanhunt: GradScaler's scaling cannot be told apart ({e!r}); the "
+          "scaled loss may be reported as nearing fp16's limit", file=sys.stderr)
+)py";
+  if (RunPython(WithStepGuard(kWatch).c_str(), {{"SCRIPT", StepGuardScript()}, {"LIBRARY", lib}})) {
+    done.store(true);
   }
 }
 
@@ -356,7 +406,14 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   const OpTraits& traits = TraitsOf(fn);
-  if (strcmp(frame.name, kScalerUpdate) == 0) OnScalerUpdate(frame.inputs);
+  if (strcmp(frame.name, kScalerUpdate) == 0) {
+    // Its first argument is the scale (also when GradScaler.scale was not
+    // seen: another scaler class, or the wrapper not installed).
+    if (!frame.inputs.empty() && frame.inputs[0].isTensor()) {
+      LossScales().Note(StorageKey(frame.inputs[0].toTensor()));
+    }
+    OnScalerUpdate(frame.inputs);
+  }
   // A view computes nothing: its output is memory an earlier op produced.
   // torch.empty's output is garbage by contract.
   Session* session = Session::Get();
@@ -445,6 +502,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.contains_finding = frame.contains_finding;
   event.contains_warning = frame.contains_warning;
   event.thread = fn.threadId();
+  event.loss_scaling = TouchesLossScale(frame.inputs, fn.outputs());
+  event.others_unchecked = OthersUnchecked(*session);
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
                          monitor.limits(), *g_torch_dir);
@@ -513,6 +572,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
         break;
       default: {
+        ts.busy = true;  // the wrapper's installation is not the model's
+        WatchLossScale();
+        ts.busy = false;
         // Between ops only (see fp32_fallback.h): not inside another op.
         if (ts.depth == 1 || ts.frames[ts.depth - 2].kind != FrameKind::kOp) {
           bool top_level = true;
@@ -658,6 +720,12 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_step_skipped() {
   } catch (...) {
     ReportInternalError("step skip", "unknown exception");
   }
+}
+
+// Called by step_guard.py's GradScaler.scale wrapper with the memory of
+// the scale (its untyped storage's data_ptr) before each loss is scaled.
+extern "C" __attribute__((visibility("default"))) void nanhunt_loss_scale(const void* storage) {
+  nanhunt::LossScales().Note(storage);
 }
 
 // Called by step_guard.py for an optimizer step it found inside a CUDA

@@ -137,4 +137,9 @@ bool Sampled(Session& session, const char* name) {
   return true;
 }
 
+bool OthersUnchecked(Session& session) {
+  const Sampler* sampler = session.sampler();
+  return sampler != nullptr && !sampler->FullStep(session.monitor().step());
+}
+
 }  // namespace nanhunt

@@ -28,6 +28,10 @@ void UpdateObservation(Session& session);
 // Whether this op call is checked.
 bool Sampled(Session& session, const char* name);
 
+// Whether ops of the current step go unchecked (sample mode, outside full
+// and escalated steps): OpEvent::others_unchecked.
+bool OthersUnchecked(Session& session);
+
 // NANHUNT_BUDGET: started once at start when configured; the plugin adds
 // the time its callbacks took (NowNs, a steady clock) while it is on.
 void StartBudget(double budget);

@@ -198,6 +198,37 @@ def _watch_grad_scaler():
     scaler.step = step
 
 
+def watch_loss_scale(library_path):
+    """Wraps GradScaler.scale to name the scale's memory to nanhunt before
+    the loss is multiplied by it: the scaled loss, its gradient and the
+    scale are past fp16's range on purpose (in fp32), and are then not
+    reported as nearing it. Values are untouched. Loaded as soon as torch
+    has been imported, before the first loss is scaled."""
+    lib = ctypes.CDLL(library_path)
+    lib.nanhunt_loss_scale.argtypes = [ctypes.c_void_p]
+    scaler = getattr(torch.amp, "GradScaler", None)
+    if scaler is None or getattr(scaler.scale, "_nanhunt_watch", False):
+        return
+    original = scaler.scale
+
+    @functools.wraps(original)
+    def scale(self, outputs):
+        try:
+            if (getattr(self, "_enabled", False) and getattr(self, "_scale", 0) is None
+                    and isinstance(outputs, torch.Tensor)):
+                # What the original does first; done here so that the
+                # scale's memory is known before its first use.
+                self._lazy_init_scale_growth_tracker(outputs.device)
+            if isinstance(getattr(self, "_scale", None), torch.Tensor):
+                lib.nanhunt_loss_scale(self._scale.untyped_storage().data_ptr())
+        except Exception:
+            pass  # never the training's problem
+        return original(self, outputs)
+
+    scale._nanhunt_watch = True
+    scaler.scale = scale
+
+
 def install(library_path, sentinel):
     global _lib, _sentinel
     _lib = ctypes.CDLL(library_path)

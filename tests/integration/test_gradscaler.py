@@ -2,7 +2,7 @@
 without any switch, equal what the script itself printed."""
 import sqlite3
 
-from conftest import PYTHON, SCRIPTS, preload_run, view_json
+from conftest import PYTHON, SCRIPTS, findings, preload_run, view_json
 
 
 def test_scale_history_and_skipped_steps_match_the_scripts_own_log(out):
@@ -21,3 +21,22 @@ def test_scale_history_and_skipped_steps_match_the_scripts_own_log(out):
     report = view_json(out)
     assert report["skipped_steps"] == [0, 2, 5]
     assert report["steps"] == 8
+
+
+def test_the_scaled_loss_and_the_scale_are_not_reported_near_fp16s_limit(out):
+    # loss * 65536 (fp32), its gradient and the scale itself are past
+    # 65504 on purpose. Before nanhunt knew GradScaler's scale, every
+    # GradScaler run warned that aten::mul forward was at 100-600% of fp16's
+    # limit and advised fp32 for it; the scaled gradients' own warnings stay.
+    r = preload_run([PYTHON, SCRIPTS / "gradscaler_training.py"], out)
+    assert r.returncode == 0, r.stderr
+    near = [(f["op"], f["phase"]) for f in findings(out, "near_max")]
+    assert ("aten::mul", "forward") not in near, near
+    assert ("aten::mul", "backward") not in near, near
+    assert ("aten::_amp_update_scale_", "forward") not in near, near
+    assert ("aten::mm", "backward") in near, near  # a real warning, kept
+    [trace] = out.glob("*.sqlite")
+    (mul_max,) = sqlite3.connect(trace).execute(
+        "SELECT MAX(max_abs) FROM op_stats WHERE op = 'aten::mul' AND phase = 'forward'"
+    ).fetchone()
+    assert mul_max is None or mul_max < 65504 or mul_max == float("inf"), mul_max

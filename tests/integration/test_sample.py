@@ -4,7 +4,7 @@ but the sentinel escalates to every-op checking, and the next occurrence is
 caught at its origin op, with its line."""
 import sqlite3
 
-from conftest import NANHUNT, PYTHON, SCRIPTS, preload_run, run, view_json
+from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, run, view_json
 
 SCRIPT = SCRIPTS / "recurring_overflow.py"
 SAMPLE = dict(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01", NANHUNT_SAMPLE_STEPS="0",
@@ -114,3 +114,19 @@ def test_the_seed_decides_which_calls_torch_samples(tmp_path):
     assert first, "nothing sampled in steps 1-4"
     assert sampled(0, 1) == first
     assert sampled(7, 0) != first
+
+
+def test_a_mask_whose_maker_went_unsampled_is_no_finding_and_no_escalation(out):
+    # Half the op calls are checked: a sampled op is handed a -inf mask that
+    # an unsampled full/masked_fill made. Called "non-finite data" before,
+    # which escalated sample mode to every op for 20 steps, again and again
+    # in any model with an additive attention mask.
+    r = preload_run([PYTHON, SCRIPTS / "masked_attention.py"], out, NANHUNT_MODE="sample",
+                    NANHUNT_SAMPLE_OPS="0.5", NANHUNT_SAMPLE_STEPS="0")
+    assert r.returncode == 0, r.stderr
+    [trace] = out.glob("*.sqlite")
+    db = sqlite3.connect(trace)
+    assert db.execute("SELECT detail FROM events WHERE kind = 'escalated'").fetchall() == []
+    nonfinite = [f for f in findings(out) if f["kind"] not in ("near_max", "underflow")]
+    assert nonfinite == [], nonfinite
+    assert int(dict(db.execute("SELECT key, value FROM meta"))["op_calls_checked"]) > 0

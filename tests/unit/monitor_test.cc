@@ -164,6 +164,54 @@ TEST_F(MonitorTest, AOneValueMinusInfTensorGivenToWhereIsAMask) {
   EXPECT_EQ(Op("aten::where", Fp16(4), data), Verdict::kInput);
 }
 
+TEST_F(MonitorTest, WhileOthersGoUncheckedInfOfUnknownMakingIsPresumedAMask) {
+  // Sample mode: the mask's maker (full, triu) was not sampled; the sampled
+  // _to_copy is given its -inf, in host memory (read) ...
+  InputFacts unknown = Input(false, false);
+  unknown.counts.neginf = 4;
+  OpEvent e;
+  e.op = "aten::_to_copy";
+  TensorFacts out = Fp16(0);
+  out.counts.neginf = 4;
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  FakeContext host;
+  host.inputs = {unknown};
+  EXPECT_EQ(monitor_.OnOp(e, host), Verdict::kInput) << "every op checked: data";
+  e.others_unchecked = true;
+  EXPECT_EQ(monitor_.OnOp(e, host), Verdict::kMasked);
+  // ... or on a GPU (not read: taken as finite).
+  InputFacts gpu;
+  gpu.checked = true;
+  gpu.assumed_finite = true;
+  FakeContext device;
+  device.inputs = {gpu};
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kMasked);
+  e.others_unchecked = false;
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kOrigin) << "escalated: an origin";
+  // An op that does not carry masks making inf is an origin all the same
+  // (a sampled bmm overflowing), and NaN is never a mask.
+  e.others_unchecked = true;
+  e.op = "aten::bmm";
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kOrigin);
+  e.op = "aten::_to_copy";
+  out.counts.nan = 1;
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kOrigin);
+}
+
+TEST_F(MonitorTest, WhileOthersGoUncheckedNaNOfUnknownMakingIsNotCalledData) {
+  InputFacts nan = Input(true, false);
+  FakeContext ctx;
+  ctx.inputs = {nan};
+  TensorFacts out = Fp16(0);
+  out.counts.nan = 8;
+  OpEvent e;
+  e.op = "aten::add";
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  e.others_unchecked = true;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kPropagated);
+  EXPECT_FALSE(monitor_.first_origin().has_value());
+}
+
 TEST_F(MonitorTest, InfFromAComputationIsNeverAMask) {
   // The same -inf scalar from a kernel inside another op (dot's fill_), or
   // a Python float that overflowed, given to an op that computes.
@@ -200,6 +248,33 @@ TEST_F(MonitorTest, NearMaxWarnsOnceThenOnlyWhenItGrowsByAQuarter) {
   more.counts.near_max = 1;
   Op("aten::bmm", more, ctx);
   EXPECT_EQ(monitor_.findings(), 2);
+}
+
+TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillIs) {
+  // loss * 65536 in fp32: 416072, past fp16's limit on purpose.
+  TensorFacts scaled;
+  scaled.format = Format::kF32;
+  scaled.counts.elements = 1;
+  scaled.counts.near_max = scaled.counts.fp16_overflow = 1;
+  scaled.counts.max_abs_bits = 0x48CB2900;  // 416072.0f
+  FakeContext ctx;
+  OpEvent e;
+  e.op = "aten::mul";
+  e.outputs = absl::MakeConstSpan(&scaled, 1);
+  e.loss_scaling = true;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kClean);
+  EXPECT_EQ(monitor_.findings(), 0);
+  e.loss_scaling = false;  // the same values from any other op warn
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kWarned);
+  EXPECT_EQ(monitor_.findings(), 1);
+  // A scale that overflows fp32 itself is still found.
+  TensorFacts inf = scaled;
+  inf.counts.near_max = 0;
+  inf.counts.posinf = 1;
+  inf.counts.max_abs_bits = 0x7F800000;
+  e.outputs = absl::MakeConstSpan(&inf, 1);
+  e.loss_scaling = true;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
 }
 
 TEST_F(MonitorTest, UnderflowIsReportedOncePerOpAndPhase) {
