@@ -1,10 +1,13 @@
 // GPU check kernel speed: reads of a 256 MiB fp16 tensor per second, against
 // a device-to-device copy of the same tensor measured in the same run
 // (target: the check reaches 85% of the copy's read bandwidth), and the CPU
-// cost of enqueueing one check through the ring (target: at most 3 us).
+// cost of enqueueing one check through the ring (target: at most 3 us),
+// per tensor when an op's list of outputs goes in batches, and what a bare
+// launch, an event record and a capture query cost on this machine.
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,6 +16,9 @@
 #include "cupti/cuda_checks.h"
 
 using namespace nanhunt;
+
+// The cheapest launch there is: what any kernel launch costs the CPU here.
+__global__ void EmptyKernel() {}
 
 int main() {
   int devices = 0;
@@ -94,6 +100,42 @@ int main() {
                      std::chrono::steady_clock::now() - t0).count() / n;
     ring.DrainAll();
   }
+  // An op with a list of outputs (the optimizer's foreach ops): one launch
+  // per kMaxBatch tensors. The CPU cost per tensor checked.
+  double batch_us = 0;
+  {
+    CheckRing ring(checks.get(), [](const PendingCheck&, const CheckCounts&) {});
+    const int batches = 16;
+    std::vector<gpu::DeviceTensor> tensors(gpu::kMaxBatch, small);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < batches; ++i) {
+      ring.EnqueueBatch(stream, std::vector<std::shared_ptr<void>>(gpu::kMaxBatch),
+                        [&](const int* slots, int n) {
+                          return checks->EnqueueBatch(slots, tensors.data(), n, limits,
+                                                      stream, &error);
+                        });
+    }
+    batch_us = std::chrono::duration<double, std::micro>(
+                   std::chrono::steady_clock::now() - t0).count() / (batches * gpu::kMaxBatch);
+    ring.DrainAll();
+  }
+  // What one enqueue is made of, measured alone: the floor under it.
+  auto per_call_us = [](int n, auto&& call) {
+    call();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) call();
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now() - t0).count() / n;
+  };
+  const double launch_us = per_call_us(512, [&] { EmptyKernel<<<1, 32, 0, stream>>>(); });
+  cudaEvent_t marker;
+  cudaEventCreateWithFlags(&marker, cudaEventDisableTiming);
+  const double record_us = per_call_us(512, [&] { cudaEventRecord(marker, stream); });
+  const double capturing_us = per_call_us(512, [&] {
+    cudaStreamCaptureStatus c;
+    cudaStreamIsCapturing(stream, &c);
+  });
+  cudaStreamSynchronize(stream);
   std::printf("device: %s\n", prop.name);
   std::printf("%-44s %10s\n", "measure", "value");
   std::printf("%-44s %9.1f\n", "d2d copy read+write bandwidth, GB/s", 2 * copy_read);
@@ -104,5 +146,9 @@ int main() {
   std::printf("%-44s %9.2f  (target >= 0.85)\n", "check / copy read", check_read / copy_read);
   std::printf("%-44s %9.2f  (target >= 0.85)\n", "check (random) / copy read", random_read / copy_read);
   std::printf("%-44s %9.2f  (target <= 3)\n", "enqueue one check (ring + kernel), us", enqueue_us);
+  std::printf("%-44s %9.2f\n", "  per tensor, batches of 32, us", batch_us);
+  std::printf("%-44s %9.2f\n", "  of which: empty kernel launch, us", launch_us);
+  std::printf("%-44s %9.2f\n", "  of which: cudaEventRecord, us", record_us);
+  std::printf("%-44s %9.2f\n", "  of which: cudaStreamIsCapturing, us", capturing_us);
   return 0;
 }

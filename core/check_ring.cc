@@ -51,6 +51,43 @@ bool CheckRing::Enqueue(void* stream, std::shared_ptr<void> context,
   return true;
 }
 
+bool CheckRing::EnqueueBatch(
+    void* stream, std::vector<std::shared_ptr<void>> contexts,
+    const std::function<bool(const int* slots, int n)>& enqueue_device) {
+  const size_t n = contexts.size();
+  if (n == 0) return true;
+  if (n > static_cast<size_t>(device_->slots())) return false;
+  std::vector<int> slots;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (free_slots_.size() >= n) {
+        slots.assign(free_slots_.end() - static_cast<std::ptrdiff_t>(n), free_slots_.end());
+        free_slots_.resize(free_slots_.size() - n);
+        break;
+      }
+      ++waits_;
+    }
+    // Too few free: wait for the oldest result, as Enqueue does.
+    absl::MutexLock deliver_lock(&deliver_mu_);
+    DeliverHead(/*block=*/true);
+  }
+  if (!enqueue_device(slots.data(), static_cast<int>(n))) {
+    absl::MutexLock lock(&mu_);
+    free_slots_.insert(free_slots_.end(), slots.begin(), slots.end());
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < n; ++i) {
+    PendingCheck check;
+    check.sequence = next_sequence_++;
+    check.stream = stream;
+    check.context = std::move(contexts[i]);
+    queue_.push_back(Entry{slots[i], std::move(check)});
+  }
+  return true;
+}
+
 bool CheckRing::DeliverHead(bool block) {
   Entry head;
   {

@@ -62,6 +62,12 @@ class CheckRing {
   // failed (nothing pending was added; the slot is free again).
   bool Enqueue(void* stream, std::shared_ptr<void> context,
                const std::function<bool(int slot)>& enqueue_device);
+  // The same for several checks enqueued together (one launch for a list
+  // of tensors): `enqueue_device` gets one slot per context, and the
+  // results are delivered in that order, each with its context. All or
+  // nothing: false leaves every slot free. More contexts than slots fail.
+  bool EnqueueBatch(void* stream, std::vector<std::shared_ptr<void>> contexts,
+                    const std::function<bool(const int* slots, int n)>& enqueue_device);
 
   // Delivers every finished result at the head of the queue. Never blocks
   // on the device. Called by the drain thread; callable by tests.

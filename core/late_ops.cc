@@ -1,5 +1,8 @@
 #include "core/late_ops.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 namespace nanhunt {
 namespace {
 
@@ -16,7 +19,7 @@ class LateContext final : public OpContext {
       InputFacts f;
       f.arg_index = in.arg_index;
       f.dtype = in.dtype;
-      f.shape = in.shape;
+      f.shape = absl::StrCat("[", absl::StrJoin(in.sizes, ", "), "]");
       f.checked = true;
       f.from_collective = in.from_collective;
       if (in.checked_on_host) {

@@ -24,6 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "core/monitor.h"
 
@@ -32,7 +33,10 @@ namespace nanhunt {
 // A floating-point input as known at enqueue.
 struct LateInput {
   int arg_index = 0;
-  std::string dtype, shape;
+  std::string dtype;
+  // Its sizes, formatted ("[4, 4]") only when its op is judged non-finite:
+  // a foreach op's hundreds of inputs would otherwise cost a string each.
+  absl::InlinedVector<int64_t, 6> sizes;
   const void* storage = nullptr;  // device tensors: judged at delivery
   bool from_collective = false;   // a collective wrote it (at enqueue)
   bool checked_on_host = false;   // host tensors: checked at enqueue

@@ -396,6 +396,7 @@ void Monitor::Emit(FindingRow row) {
 }
 
 void Monitor::NoteCollective(absl::Span<const void* const> storages) {
+  any_collective_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   // Buckets and parameters are the same memory step after step: a handful.
   if (collective_storages_.size() > 4096) collective_storages_.clear();
@@ -406,6 +407,7 @@ void Monitor::NoteCollective(absl::Span<const void* const> storages) {
 
 void Monitor::NoteCopy(absl::Span<const void* const> from,
                        absl::Span<const void* const> to) {
+  if (!any_collective_.load(std::memory_order_acquire)) return;
   absl::MutexLock lock(&mu_);
   if (collective_storages_.empty()) return;  // not a distributed run
   bool collective = false;
@@ -421,11 +423,13 @@ void Monitor::NoteCopy(absl::Span<const void* const> from,
 }
 
 bool Monitor::IsCollective(const void* storage) const {
+  if (!any_collective_.load(std::memory_order_acquire)) return false;
   absl::MutexLock lock(&mu_);
   return storage != nullptr && collective_storages_.contains(storage);
 }
 
 void Monitor::ForgetCollective(absl::Span<const void* const> storages) {
+  if (!any_collective_.load(std::memory_order_acquire)) return;
   absl::MutexLock lock(&mu_);
   if (collective_storages_.empty()) return;
   for (const void* s : storages) collective_storages_.erase(s);

@@ -253,6 +253,9 @@ class Monitor {
   int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
   // Memory that torch.distributed collectives (c10d::*) wrote into.
   absl::flat_hash_set<const void*> collective_storages_ ABSL_GUARDED_BY(mu_);
+  // Set at the first collective: until then (any run that is not
+  // distributed) the lookups on every op's tensors take no lock.
+  std::atomic<bool> any_collective_{false};
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
   // The step ran forward ops on parameters or backward ops: training, not
   // the bookkeeping after the last step (logging, saving).

@@ -40,7 +40,8 @@ __device__ __forceinline__ void WarpReduce(CheckCounts& c) {
 // host copy and leaves `out` and the block counter zeroed for the next use
 // (the threadfence reduction of the CUDA samples, with atomics for partials).
 __device__ void BlockReduceAndPublish(CheckCounts c, CheckCounts* out,
-                                      const FinalCopy& final_copy) {
+                                      const FinalCopy& final_copy,
+                                      unsigned int blocks) {
   __shared__ CheckCounts warp_counts[kWarps];
   WarpReduce(c);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -63,7 +64,7 @@ __device__ void BlockReduceAndPublish(CheckCounts c, CheckCounts* out,
   // Thread 0 made this block's atomics; it alone reports the block done.
   if (final_copy.host == nullptr || threadIdx.x != 0) return;
   __threadfence();  // this block's atomics before its "done"
-  if (atomicAdd(final_copy.blocks_done, 1u) != gridDim.x - 1) return;
+  if (atomicAdd(final_copy.blocks_done, 1u) != blocks - 1) return;
   __threadfence();
   // Read-and-zero through atomics: they see every block's atomics (L2), and
   // the slot is clean for its next check.
@@ -117,16 +118,17 @@ __device__ __forceinline__ void CheckBodyF64(const uint4* body, int64_t vectors,
   }
 }
 
+// One dense tensor's values, counted by `blocks` blocks of which this is
+// `block`: the whole grid for one tensor, or its share of a batch's grid.
 template <Format F>
-__global__ void __launch_bounds__(kThreads)
-    DenseCheck(const typename FormatBits<F>::Bits* data, int64_t count,
-               int64_t head, Thresholds<typename FormatBits<F>::Bits> t,
-               CheckCounts* out, FinalCopy final_copy) {
+__device__ __forceinline__ void DenseCounts(const typename FormatBits<F>::Bits* data,
+                                            int64_t count, int64_t head,
+                                            const Thresholds<typename FormatBits<F>::Bits>& t,
+                                            int64_t block, int64_t blocks, CheckCounts& c) {
   using Bits = typename FormatBits<F>::Bits;
   constexpr int kPerVector = 16 / sizeof(Bits);
-  CheckCounts c;
-  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = block * blockDim.x + threadIdx.x;
+  const int64_t stride = blocks * blockDim.x;
   // Head: values before the first 16-byte boundary.
   if (tid < head) AccumulateValue<F>(data[tid], t, c);
   // Body: whole 16-byte vectors.
@@ -142,7 +144,44 @@ __global__ void __launch_bounds__(kThreads)
   if (tail_start + tid < count) {
     AccumulateValue<F>(data[tail_start + tid], t, c);
   }
-  BlockReduceAndPublish(c, out, final_copy);
+}
+
+template <Format F>
+__global__ void __launch_bounds__(kThreads)
+    DenseCheck(const typename FormatBits<F>::Bits* data, int64_t count,
+               int64_t head, Thresholds<typename FormatBits<F>::Bits> t,
+               CheckCounts* out, FinalCopy final_copy) {
+  CheckCounts c;
+  DenseCounts<F>(data, count, head, t, blockIdx.x, gridDim.x, c);
+  BlockReduceAndPublish(c, out, final_copy, gridDim.x);
+}
+
+// Several dense tensors of one format in one launch (an op's list of
+// outputs: a foreach op's, the optimizer's): each gets a run of the grid's
+// blocks, found by binary search over the runs' starts, and its own slot.
+struct BatchArgs {
+  int n = 0;
+  int first_block[kMaxBatch + 1] = {};
+  const void* data[kMaxBatch] = {};
+  int64_t count[kMaxBatch] = {};
+  int64_t head[kMaxBatch] = {};
+  CheckCounts* out[kMaxBatch] = {};
+  FinalCopy copy[kMaxBatch] = {};
+};
+
+template <Format F>
+__global__ void __launch_bounds__(kThreads)
+    BatchCheck(BatchArgs a, Thresholds<typename FormatBits<F>::Bits> t) {
+  int lo = 0, hi = a.n - 1;  // the last item whose run starts at or before us
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.first_block[mid] <= static_cast<int>(blockIdx.x)) lo = mid; else hi = mid - 1;
+  }
+  const int blocks = a.first_block[lo + 1] - a.first_block[lo];
+  CheckCounts c;
+  DenseCounts<F>(static_cast<const typename FormatBits<F>::Bits*>(a.data[lo]), a.count[lo],
+                 a.head[lo], t, blockIdx.x - a.first_block[lo], blocks, c);
+  BlockReduceAndPublish(c, a.out[lo], a.copy[lo], blocks);
 }
 
 template <Format F>
@@ -161,7 +200,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     AccumulateValue<F>(data[offset], t, c);
   }
-  BlockReduceAndPublish(c, out, final_copy);
+  BlockReduceAndPublish(c, out, final_copy, gridDim.x);
 }
 
 int BlocksFor(int64_t work) {
@@ -171,20 +210,51 @@ int BlocksFor(int64_t work) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks > 1024 ? 1024 : blocks));
 }
 
+// A dense tensor's unaligned head (values before the first 16-byte
+// boundary) and the blocks its check wants.
+template <Format F>
+void PlanDense(const void* data, int64_t count, int64_t* head, int* blocks) {
+  using Bits = typename FormatBits<F>::Bits;
+  constexpr int64_t kPerVector = 16 / sizeof(Bits);
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(data) % 16;
+  *head = misalign == 0 ? 0 : (16 - misalign) / sizeof(Bits);
+  if (*head > count) *head = count;
+  // The head is done by the first `head` threads: at most kPerVector - 1.
+  *blocks = BlocksFor((count - *head) / kPerVector + kPerVector);
+}
+
 template <Format F>
 int LaunchDense(const void* data, int64_t count, const CheckLimits& limits,
                 CheckCounts* result, cudaStream_t stream,
                 const FinalCopy& final_copy) {
   using Bits = typename FormatBits<F>::Bits;
-  constexpr int64_t kPerVector = 16 / sizeof(Bits);
-  const auto* p = static_cast<const Bits*>(data);
-  const uintptr_t misalign = reinterpret_cast<uintptr_t>(p) % 16;
-  int64_t head = misalign == 0 ? 0 : (16 - misalign) / sizeof(Bits);
-  if (head > count) head = count;
-  // The head is done by the first `head` threads: at most kPerVector - 1.
-  const int64_t work = (count - head) / kPerVector + kPerVector;
-  DenseCheck<F><<<BlocksFor(work), kThreads, 0, stream>>>(
-      p, count, head, limits.For<F>(), result, final_copy);
+  int64_t head;
+  int blocks;
+  PlanDense<F>(data, count, &head, &blocks);
+  DenseCheck<F><<<blocks, kThreads, 0, stream>>>(
+      static_cast<const Bits*>(data), count, head, limits.For<F>(), result, final_copy);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <Format F>
+int LaunchBatch(const BatchItem* items, int n, const CheckLimits& limits,
+                cudaStream_t stream) {
+  BatchArgs a;
+  a.n = n;
+  int blocks = 0;
+  for (int i = 0; i < n; ++i) {
+    const int64_t count = items[i].count < 0 ? 0 : items[i].count;
+    int item_blocks;
+    PlanDense<F>(items[i].data, count, &a.head[i], &item_blocks);
+    a.first_block[i] = blocks;
+    blocks += item_blocks;
+    a.data[i] = items[i].data;
+    a.count[i] = count;
+    a.out[i] = items[i].result;
+    a.copy[i] = items[i].final_copy;
+  }
+  a.first_block[n] = blocks;
+  BatchCheck<F><<<blocks, kThreads, 0, stream>>>(a, limits.For<F>());
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -242,6 +312,20 @@ int LaunchCheckStrided(Format format, const void* data,
   auto s = static_cast<cudaStream_t>(stream);
   return WithFormat(format, [&](auto f) {
     return LaunchStrided<decltype(f)::value>(data, layout, limits, result, s, copy);
+  });
+}
+
+int LaunchCheckBatch(Format format, const BatchItem* items, int n,
+                     const CheckLimits& limits, void* stream) {
+  if (n < 1 || n > kMaxBatch) return static_cast<int>(cudaErrorInvalidValue);
+  for (int i = 0; i < n; ++i) {
+    if (items[i].final_copy.host == nullptr || items[i].final_copy.blocks_done == nullptr) {
+      return static_cast<int>(cudaErrorInvalidValue);  // each item reports itself
+    }
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  return WithFormat(format, [&](auto f) {
+    return LaunchBatch<decltype(f)::value>(items, n, limits, s);
   });
 }
 

@@ -48,4 +48,18 @@ int LaunchCheckStrided(Format format, const void* data,
                        CheckCounts* result, void* stream,
                        const FinalCopy* final_copy = nullptr);
 
+// Several dense tensors of one format checked by one launch, each into its
+// own result with its own final copy (required): an op with a list of
+// outputs (a foreach op's, the optimizer's, GradScaler's unscale) costs
+// one kernel launch per kMaxBatch tensors rather than one per tensor.
+inline constexpr int kMaxBatch = 32;
+struct BatchItem {
+  const void* data = nullptr;
+  int64_t count = 0;
+  CheckCounts* result = nullptr;  // device memory, zero at launch
+  FinalCopy final_copy;
+};
+int LaunchCheckBatch(Format format, const BatchItem* items, int n,
+                     const CheckLimits& limits, void* stream);
+
 }  // namespace nanhunt::gpu

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "core/check_ring.h"
@@ -71,6 +72,46 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_start(
   return 0;
 }
 
+namespace {
+
+// What every enqueue does first: refuse a capturing stream before the
+// ring (a capture must not wait for a free slot, nor see this device's
+// first allocations), then find the device's ring and checks.
+bool Prepare(int device, void* stream, CheckRing** ring, CudaChecks** checks,
+             std::string* why) {
+  if (!StreamTakesChecks(device, stream, why)) return false;
+  absl::MutexLock lock(&g_mu);
+  if (g_limits == nullptr) {
+    *why = "nanhunt_cuda_start was not called";
+    return false;
+  }
+  *ring = RingFor(device, why);
+  if (*ring == nullptr) return false;
+  *checks = (*g_devices)[device].checks.get();
+  return true;
+}
+
+DeviceTensor FromC(const NanhuntDeviceTensor& t) {
+  DeviceTensor tensor;
+  tensor.format = static_cast<Format>(t.format);
+  tensor.data = t.data;
+  tensor.count = t.count;
+  tensor.dense = t.dense != 0;
+  tensor.layout.dims = t.dims;
+  for (int i = 0; i < t.dims && i < kMaxDims; ++i) {
+    tensor.layout.sizes[i] = t.sizes[i];
+    tensor.layout.strides[i] = t.strides[i];
+  }
+  return tensor;
+}
+
+// The ring owns nothing of the caller's: a context is handed back as is.
+std::shared_ptr<void> Handle(void* context) {
+  return std::shared_ptr<void>(context, [](void*) {});
+}
+
+}  // namespace
+
 extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue(
     int device, void* stream, const NanhuntDeviceTensor* t, void* context,
     char* error, int error_len) {
@@ -81,45 +122,45 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue(
     return 1;
   }
   std::string why;
-  if (!StreamTakesChecks(device, stream, &why)) {
-    // Before the ring: a capture must not wait for a free slot, nor see
-    // this device's first allocations.
+  CheckRing* ring = nullptr;
+  CudaChecks* checks = nullptr;
+  if (!Prepare(device, stream, &ring, &checks, &why)) {
     Fail(error, error_len, why);
     return 1;
   }
-  CheckRing* ring;
-  {
-    absl::MutexLock lock(&g_mu);
-    if (g_limits == nullptr) {
-      Fail(error, error_len, "nanhunt_cuda_start was not called");
-      return 1;
-    }
-    ring = RingFor(device, &why);
-  }
-  if (ring == nullptr) {
-    Fail(error, error_len, why);
-    return 1;
-  }
-  DeviceTensor tensor;
-  tensor.format = static_cast<Format>(t->format);
-  tensor.data = t->data;
-  tensor.count = t->count;
-  tensor.dense = t->dense != 0;
-  tensor.layout.dims = t->dims;
-  for (int i = 0; i < t->dims && i < kMaxDims; ++i) {
-    tensor.layout.sizes[i] = t->sizes[i];
-    tensor.layout.strides[i] = t->strides[i];
-  }
-  CudaChecks* checks;
-  {
-    absl::MutexLock lock(&g_mu);
-    checks = (*g_devices)[device].checks.get();
-  }
-  // The ring owns nothing of the caller's: `context` is handed back as is.
-  std::shared_ptr<void> handle(context, [](void*) {});
+  const DeviceTensor tensor = FromC(*t);
   SetOwnLaunches(true);  // the check kernel is not the op's
-  const bool ok = ring->Enqueue(stream, handle, [&](int slot) {
+  const bool ok = ring->Enqueue(stream, Handle(context), [&](int slot) {
     return checks->Enqueue(slot, tensor, *g_limits, stream, &why);
+  });
+  SetOwnLaunches(false);
+  if (!ok) Fail(error, error_len, why);
+  return ok ? 0 : 1;
+}
+
+extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue_many(
+    int device, void* stream, const NanhuntDeviceTensor* tensors, int n,
+    void* const* contexts, char* error, int error_len) {
+  if (n < 1 || n > kMaxBatch) {
+    Fail(error, error_len, "a batch of checks holds 1 to 32 tensors");
+    return 1;
+  }
+  std::string why;
+  CheckRing* ring = nullptr;
+  CudaChecks* checks = nullptr;
+  if (!Prepare(device, stream, &ring, &checks, &why)) {
+    Fail(error, error_len, why);
+    return 1;
+  }
+  DeviceTensor batch[kMaxBatch];
+  std::vector<std::shared_ptr<void>> handles;
+  for (int i = 0; i < n; ++i) {
+    batch[i] = FromC(tensors[i]);
+    handles.push_back(Handle(contexts[i]));
+  }
+  SetOwnLaunches(true);
+  const bool ok = ring->EnqueueBatch(stream, std::move(handles), [&](const int* slots, int count) {
+    return checks->EnqueueBatch(slots, batch, count, *g_limits, stream, &why);
   });
   SetOwnLaunches(false);
   if (!ok) Fail(error, error_len, why);

@@ -37,6 +37,13 @@ int nanhunt_cuda_enqueue(int device, void* stream,
                          const NanhuntDeviceTensor* tensor, void* context,
                          char* error, int error_len);
 
+// The same for `n` (1 to 32) dense tensors of one format with one kernel
+// launch, each delivered with its own context (in order). All or nothing:
+// on failure every context stays the caller's.
+int nanhunt_cuda_enqueue_many(int device, void* stream,
+                              const NanhuntDeviceTensor* tensors, int n,
+                              void* const* contexts, char* error, int error_len);
+
 // Delivers everything enqueued so far (waits for the GPU): at exit.
 void nanhunt_cuda_drain(void);
 

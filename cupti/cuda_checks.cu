@@ -62,14 +62,10 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
-}  // namespace
-
-bool StreamTakesChecks(int device, void* stream, std::string* error) {
-  DeviceScope scope(device);
-  if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
+// With the stream's device current.
+bool NotCapturing(cudaStream_t stream, std::string* error) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (!Ok(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture),
-          "cudaStreamIsCapturing", error)) {
+  if (!Ok(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing", error)) {
     return false;
   }
   if (capture != cudaStreamCaptureStatusNone) {
@@ -77,6 +73,14 @@ bool StreamTakesChecks(int device, void* stream, std::string* error) {
     return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool StreamTakesChecks(int device, void* stream, std::string* error) {
+  DeviceScope scope(device);
+  if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
+  return NotCapturing(static_cast<cudaStream_t>(stream), error);
 }
 
 CudaChecks::CudaChecks(int device, int slots) : device_(device), slots_(slots) {}
@@ -116,6 +120,8 @@ std::unique_ptr<CudaChecks> CudaChecks::Create(int device, int slots,
       Ok(cudaStreamSynchronize(zeroing), "cudaStreamSynchronize", error);
   cudaStreamDestroy(zeroing);
   if (!zeroed) return nullptr;
+  c->event_of_ = new int[slots];
+  for (int i = 0; i < slots; ++i) c->event_of_[i] = i;
   c->events_ = new void*[slots]();
   for (int i = 0; i < slots; ++i) {
     cudaEvent_t e;
@@ -135,6 +141,7 @@ CudaChecks::~CudaChecks() {
     }
     delete[] events_;
   }
+  delete[] event_of_;
   cudaFreeHost(host_slots_);
   cudaFree(blocks_done_);
   cudaFree(device_slots_);
@@ -146,7 +153,7 @@ bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
   auto s = static_cast<cudaStream_t>(stream);
   DeviceScope scope(device_);
   if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
-  if (!StreamTakesChecks(device_, stream, error)) return false;
+  if (!NotCapturing(s, error)) return false;
   CheckCounts* d = device_slots_ + slot;
   FinalCopy final_copy;
   final_copy.blocks_done = blocks_done_ + slot;
@@ -160,19 +167,52 @@ bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
   if (!Ok(static_cast<cudaError_t>(launch), "check kernel launch", error)) {
     return false;
   }
+  event_of_[slot] = slot;
   return Ok(cudaEventRecord(Event(events_, slot), s), "cudaEventRecord", error);
+}
+
+bool CudaChecks::EnqueueBatch(const int* slots, const DeviceTensor* tensors, int n,
+                              const CheckLimits& limits, void* stream,
+                              std::string* error) {
+  if (n < 1 || n > kMaxBatch) {
+    if (error != nullptr) *error = "a batch of checks holds 1 to 32 tensors";
+    return false;
+  }
+  BatchItem items[kMaxBatch];
+  for (int i = 0; i < n; ++i) {
+    if (!tensors[i].dense || tensors[i].format != tensors[0].format) {
+      if (error != nullptr) *error = "a batch of checks takes dense tensors of one format";
+      return false;
+    }
+    items[i].data = tensors[i].data;
+    items[i].count = tensors[i].count;
+    items[i].result = device_slots_ + slots[i];
+    items[i].final_copy.blocks_done = blocks_done_ + slots[i];
+    items[i].final_copy.host = host_slots_on_device_ + slots[i];
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  DeviceScope scope(device_);
+  if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
+  if (!NotCapturing(s, error)) return false;
+  if (!Ok(static_cast<cudaError_t>(LaunchCheckBatch(tensors[0].format, items, n, limits, s)),
+          "check kernel launch", error)) {
+    return false;
+  }
+  const int last = slots[n - 1];
+  for (int i = 0; i < n; ++i) event_of_[slots[i]] = last;
+  return Ok(cudaEventRecord(Event(events_, last), s), "cudaEventRecord", error);
 }
 
 bool CudaChecks::Poll(int slot, CheckCounts* result) {
   RelaxedCaptureMode relaxed;
-  if (cudaEventQuery(Event(events_, slot)) != cudaSuccess) return false;
+  if (cudaEventQuery(Event(events_, event_of_[slot])) != cudaSuccess) return false;
   std::memcpy(result, host_slots_ + slot, sizeof(CheckCounts));
   return true;
 }
 
 void CudaChecks::Wait(int slot, CheckCounts* result) {
   RelaxedCaptureMode relaxed;
-  if (cudaEventSynchronize(Event(events_, slot)) != cudaSuccess) {
+  if (cudaEventSynchronize(Event(events_, event_of_[slot])) != cudaSuccess) {
     // The context is gone (process exit) or broken: the result is lost, and
     // the pinned copy may be unmapped. Delivered as "nothing checked".
     *result = CheckCounts{};

@@ -47,6 +47,11 @@ class CudaChecks final : public DeviceChecks {
   // Poll and Wait may run while another thread captures a CUDA graph.
   bool Enqueue(int slot, const DeviceTensor& tensor, const CheckLimits& limits,
                void* stream, std::string* error);
+  // The same for `n` dense tensors of one format (at most kMaxBatch), each
+  // into its own slot, with one kernel and one event: every slot of the
+  // batch is finished when the batch's last slot's event has passed.
+  bool EnqueueBatch(const int* slots, const DeviceTensor* tensors, int n,
+                    const CheckLimits& limits, void* stream, std::string* error);
 
  private:
   CudaChecks(int device, int slots);
@@ -58,6 +63,10 @@ class CudaChecks final : public DeviceChecks {
   CheckCounts* host_slots_ = nullptr;     // pinned, mapped
   CheckCounts* host_slots_on_device_ = nullptr;  // the same, as the device sees it
   void** events_ = nullptr;               // cudaEvent_t per slot
+  // The slot whose event marks each slot finished: itself, or its batch's
+  // last slot (freed last, as slots are delivered in order, so its event
+  // is not recorded again while the batch's other slots wait on it).
+  int* event_of_ = nullptr;
 };
 
 }  // namespace nanhunt::gpu

@@ -26,6 +26,7 @@ namespace {
 struct CudaLibrary {
   decltype(&nanhunt_cuda_start) start = nullptr;
   decltype(&nanhunt_cuda_enqueue) enqueue = nullptr;
+  decltype(&nanhunt_cuda_enqueue_many) enqueue_many = nullptr;  // optional
   decltype(&nanhunt_cuda_drain) drain = nullptr;
   decltype(&nanhunt_cuda_waits) waits = nullptr;
   decltype(&nanhunt_kernels_mark) kernels_mark = nullptr;
@@ -98,6 +99,8 @@ const CudaLibrary& Library(Session& session) {
     }
     l->start = reinterpret_cast<decltype(l->start)>(dlsym(handle, "nanhunt_cuda_start"));
     l->enqueue = reinterpret_cast<decltype(l->enqueue)>(dlsym(handle, "nanhunt_cuda_enqueue"));
+    l->enqueue_many = reinterpret_cast<decltype(l->enqueue_many)>(
+        dlsym(handle, "nanhunt_cuda_enqueue_many"));
     l->drain = reinterpret_cast<decltype(l->drain)>(dlsym(handle, "nanhunt_cuda_drain"));
     l->waits = reinterpret_cast<decltype(l->waits)>(dlsym(handle, "nanhunt_cuda_waits"));
     char error[256] = {};
@@ -200,6 +203,65 @@ bool EnqueueCheck(const CudaLibrary& lib, const at::Tensor& t,
   return false;
 }
 
+// One output check to enqueue, and what became of it.
+struct OutputCheck {
+  at::Tensor tensor;
+  NanhuntDeviceTensor described;
+  Pending* pending = nullptr;
+  bool enqueued = false;
+  std::string error;  // when not
+};
+
+// At most this many tensors per launch (cupti/check_kernel.h's kMaxBatch).
+constexpr int kMaxBatch = 32;
+
+// Enqueues every check: dense tensors of one device and format together,
+// kMaxBatch per kernel launch (a foreach op over a model's 150 parameters
+// costs 5 launches, not 150), the rest one by one.
+void EnqueueChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
+  std::vector<bool> done(checks.size(), false);
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (done[i]) continue;
+    OutputCheck& first = checks[i];
+    std::vector<size_t> batch{i};
+    if (lib.enqueue_many != nullptr && first.described.dense) {
+      for (size_t j = i + 1; j < checks.size() && batch.size() < kMaxBatch; ++j) {
+        if (!done[j] && checks[j].described.dense &&
+            checks[j].described.format == first.described.format &&
+            checks[j].tensor.device() == first.tensor.device()) {
+          batch.push_back(j);
+        }
+      }
+    }
+    for (size_t k : batch) done[k] = true;
+    if (batch.size() == 1) {
+      first.enqueued = EnqueueCheck(lib, first.tensor, first.described, first.pending,
+                                    &first.error);
+      continue;
+    }
+    std::string error;
+    void* stream = nullptr;
+    bool ok = torch_compat::CurrentStreamHandle(first.tensor.device(), &stream, &error);
+    if (ok) {
+      std::vector<NanhuntDeviceTensor> described;
+      std::vector<void*> contexts;
+      for (size_t k : batch) {
+        described.push_back(checks[k].described);
+        contexts.push_back(checks[k].pending);
+      }
+      char text[256] = {};
+      ok = lib.enqueue_many(first.tensor.device().index(), stream, described.data(),
+                            static_cast<int>(batch.size()), contexts.data(), text,
+                            sizeof(text)) == 0;
+      if (!ok) error = text;
+    }
+    for (size_t k : batch) {
+      checks[k].enqueued = ok;
+      if (!ok) checks[k].error = error;
+    }
+  }
+}
+
 }  // namespace
 
 bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inputs,
@@ -252,7 +314,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     LateInput in;
     in.arg_index = index;
     in.dtype = std::string(c10::toString(t.scalar_type()));
-    in.shape = Shape(t);
+    in.sizes.assign(t.sizes().begin(), t.sizes().end());
     if (t.is_cuda()) {
       in.storage = StorageKey(t);
       in.from_collective = session.monitor().IsCollective(in.storage);
@@ -307,16 +369,25 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     session.monitor().ForgetCollective(written);
   }
   op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
+  std::vector<OutputCheck> checks;
+  checks.reserve(device_outputs.size());
   for (const auto& [t, index] : device_outputs) {
-    std::string error;
-    auto* pending = new Pending{op, nullptr, index};
-    if (EnqueueCheck(lib, t, Describe(t, op->outputs[index].format), pending, &error)) {
+    OutputCheck check;
+    check.tensor = t;
+    check.described = Describe(t, op->outputs[index].format);
+    check.pending = new Pending{op, nullptr, index};
+    checks.push_back(std::move(check));
+  }
+  EnqueueChecks(lib, checks);
+  for (OutputCheck& check : checks) {
+    if (check.enqueued) {
       g_enqueued.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    delete pending;
+    const int index = check.pending->index;
+    delete check.pending;
     // Not checked, and said so: never read as finite.
-    if (error.find("capturing") != std::string::npos) {
+    if (check.error.find("capturing") != std::string::npos) {
       g_in_capture.fetch_add(1, std::memory_order_relaxed);
     } else {
       CountUnchecked(/*on_device=*/true);

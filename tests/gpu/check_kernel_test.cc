@@ -4,13 +4,16 @@
 // one every test is skipped (CI builds this; scripts/gpu-check.sh runs it).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <limits>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "core/check_ring.h"
 #include "core/cpu_check.h"
 #include "cupti/check_kernel.h"
 #include "cupti/cuda_checks.h"
@@ -221,6 +224,111 @@ TEST(GpuCheck, ReusedSlotsCarryNothingOverBetweenChecks) {
   cudaStreamDestroy(streams[1]);
   cudaFree(da);
   cudaFree(db);
+}
+
+// An op's list of outputs, checked by one launch per kMaxBatch tensors:
+// each tensor's counts equal the CPU check's (random values of every
+// format, odd sizes, unaligned starts, none at all, many blocks), and the
+// batch's slots, reused across batches and between single checks (fewer
+// slots than checks: the ring waits), carry nothing over.
+template <Format F>
+void CompareBatches() {
+  using Bits = typename FormatBits<F>::Bits;
+  std::string error;
+  auto device = CudaChecks::Create(0, 40, &error);
+  ASSERT_NE(device, nullptr) << error;
+  std::mt19937_64 rng(11);
+  const size_t sizes[] = {0, 1, 7, 9, 17, 255, 4097, 300001};
+  struct Item {
+    std::vector<Bits> host;
+    size_t offset, n;
+    void* device = nullptr;
+  };
+  std::vector<Item> items;
+  for (int i = 0; i < 3 * kMaxBatch + 5; ++i) {
+    Item it;
+    it.n = sizes[i % 8];
+    it.offset = static_cast<size_t>(i % 3);
+    it.host = RandomBits<Bits>(it.n + 3, rng);
+    if (i % 2 == 0) MakeFinite<F>(it.host);
+    ASSERT_EQ(cudaMalloc(&it.device, it.host.size() * sizeof(Bits) + 16), cudaSuccess);
+    cudaMemcpy(it.device, it.host.data(), it.host.size() * sizeof(Bits), cudaMemcpyHostToDevice);
+    items.push_back(std::move(it));
+  }
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  std::vector<std::pair<int, CheckCounts>> got;
+  {
+    CheckRing ring(device.get(), [&](const PendingCheck& check, const CheckCounts& c) {
+      got.emplace_back(*static_cast<int*>(check.context.get()), c);
+    });
+    auto tensor = [&](int i) {
+      DeviceTensor t;
+      t.format = F;
+      t.data = static_cast<Bits*>(items[i].device) + items[i].offset;
+      t.count = static_cast<int64_t>(items[i].n);
+      return t;
+    };
+    size_t next = 0;
+    while (next < items.size()) {
+      // A batch of up to kMaxBatch, then one single check.
+      const int n = static_cast<int>(std::min<size_t>(kMaxBatch, items.size() - next));
+      std::vector<std::shared_ptr<void>> contexts;
+      std::vector<DeviceTensor> tensors;
+      for (int k = 0; k < n; ++k) {
+        contexts.push_back(std::make_shared<int>(static_cast<int>(next) + k));
+        tensors.push_back(tensor(static_cast<int>(next) + k));
+      }
+      ASSERT_TRUE(ring.EnqueueBatch(stream, contexts, [&](const int* slots, int count) {
+        return device->EnqueueBatch(slots, tensors.data(), count, kLimits, stream, &error);
+      })) << error;
+      next += static_cast<size_t>(n);
+      if (next < items.size()) {
+        const int single = static_cast<int>(next++);
+        const DeviceTensor t = tensor(single);
+        ASSERT_TRUE(ring.Enqueue(stream, std::make_shared<int>(single), [&](int slot) {
+          return device->Enqueue(slot, t, kLimits, stream, &error);
+        })) << error;
+      }
+    }
+    ring.DrainAll();
+    EXPECT_GT(ring.waits(), 0) << "40 slots for more checks: slots were reused";
+  }
+  ASSERT_EQ(got.size(), items.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    const auto& [i, counts] = got[k];
+    EXPECT_EQ(i, static_cast<int>(k)) << "delivered in enqueue order";
+    const Item& it = items[static_cast<size_t>(i)];
+    const CheckCounts cpu = CheckHostBuffer(F, it.host.data() + it.offset, it.n, kLimits);
+    ExpectSameCounts(counts, cpu, std::string(FormatName(F)) + " item " + std::to_string(i) +
+                                      " of " + std::to_string(it.n));
+  }
+  cudaStreamDestroy(stream);
+  for (Item& it : items) cudaFree(it.device);
+}
+
+TEST(GpuCheck, BatchesOfTensorsMatchTheCpuCheckEachInItsOwnSlot) {
+  REQUIRE_GPU();
+  CompareBatches<Format::kF16>();
+  CompareBatches<Format::kBF16>();
+  CompareBatches<Format::kF32>();
+  CompareBatches<Format::kF64>();
+  CompareBatches<Format::kF8E4M3FN>();
+  CompareBatches<Format::kF8E5M2>();
+}
+
+TEST(GpuCheck, ABatchOfMixedFormatsOrTooManyTensorsIsRefused) {
+  REQUIRE_GPU();
+  std::string error;
+  auto device = CudaChecks::Create(0, 64, &error);
+  ASSERT_NE(device, nullptr) << error;
+  DeviceTensor t[kMaxBatch + 1];
+  int slots[kMaxBatch + 1];
+  for (int i = 0; i <= kMaxBatch; ++i) slots[i] = i;
+  t[1].format = Format::kF16;
+  EXPECT_FALSE(device->EnqueueBatch(slots, t, 2, kLimits, nullptr, &error));
+  EXPECT_NE(error.find("one format"), std::string::npos) << error;
+  EXPECT_FALSE(device->EnqueueBatch(slots, t, kMaxBatch + 1, kLimits, nullptr, &error));
 }
 
 // A check for a tensor on cuda:1 is enqueued from a thread whose current

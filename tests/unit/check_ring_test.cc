@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -135,6 +137,66 @@ TEST(CheckRing, RefusedEnqueueLeavesNothingPendingAndFreesTheSlot) {
   device.FinishAll();
   ring->DrainAll();
   EXPECT_EQ(ring->waits(), 0);
+}
+
+bool EnqueueBatch(CheckRing& ring, FakeDevice& device, int n, std::vector<int>* slots_used) {
+  std::vector<std::shared_ptr<void>> contexts;
+  for (int i = 0; i < n; ++i) contexts.push_back(std::make_shared<int>(i));
+  return ring.EnqueueBatch(nullptr, std::move(contexts), [&](const int* slots, int count) {
+    for (int i = 0; i < count; ++i) {
+      device.Enqueue(slots[i]);
+      if (slots_used != nullptr) slots_used->push_back(slots[i]);
+    }
+    return true;
+  });
+}
+
+TEST(CheckRing, ABatchTakesOneSlotPerCheckAndDeliversThemInOrderWithTheirContexts) {
+  FakeDevice device(8);
+  std::vector<int> contexts_seen;
+  absl::Mutex mu;
+  CheckRing ring(&device, [&](const PendingCheck& check, const CheckCounts&) {
+    absl::MutexLock lock(&mu);
+    contexts_seen.push_back(check.context ? *static_cast<int*>(check.context.get()) : -1);
+  });
+  ASSERT_TRUE(Enqueue(ring, device));
+  std::vector<int> slots;
+  ASSERT_TRUE(EnqueueBatch(ring, device, 3, &slots));
+  ASSERT_TRUE(Enqueue(ring, device));
+  EXPECT_EQ(slots.size(), 3u);
+  EXPECT_EQ(ring.in_flight(), 5);
+  device.FinishAll();
+  ring.DrainAll();
+  absl::MutexLock lock(&mu);
+  // The single checks carry no context (-1 here).
+  EXPECT_EQ(contexts_seen, (std::vector<int>{-1, 0, 1, 2, -1}));
+}
+
+TEST(CheckRing, ABatchWaitsUntilEnoughSlotsAreFreeAndNeverDropsAResult) {
+  FakeDevice device(4);
+  Delivered out;
+  auto ring = MakeRing(device, out);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Enqueue(*ring, device));
+  ASSERT_TRUE(EnqueueBatch(*ring, device, 3, nullptr));  // needs two delivered
+  EXPECT_GE(ring->waits(), 2);
+  EXPECT_FALSE(EnqueueBatch(*ring, device, 5, nullptr)) << "more than the ring holds";
+  device.FinishAll();
+  ring->DrainAll();
+  absl::MutexLock lock(&out.mu);
+  EXPECT_EQ(out.sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(CheckRing, ARefusedBatchFreesEverySlot) {
+  FakeDevice device(3);
+  Delivered out;
+  auto ring = MakeRing(device, out);
+  std::vector<std::shared_ptr<void>> three(3);
+  EXPECT_FALSE(ring->EnqueueBatch(nullptr, three, [](const int*, int) { return false; }));
+  EXPECT_EQ(ring->in_flight(), 0);
+  ASSERT_TRUE(EnqueueBatch(*ring, device, 3, nullptr));
+  EXPECT_EQ(ring->waits(), 0);
+  device.FinishAll();
+  ring->DrainAll();
 }
 
 }  // namespace

@@ -62,4 +62,34 @@ TEST(CudaApiTest, StridedViewsBeyondTheKernelsDimensionsAreRefusedNotRead) {
   EXPECT_NE(std::string(error).find("8 dimensions"), std::string::npos) << error;
 }
 
+TEST(CudaApiTest, ABatchIsDeliveredOnePerTensorOrRefusedWhole) {
+  void* lib = dlopen(NANHUNT_CUDA_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto start = reinterpret_cast<decltype(&nanhunt_cuda_start)>(dlsym(lib, "nanhunt_cuda_start"));
+  auto many = reinterpret_cast<decltype(&nanhunt_cuda_enqueue_many)>(
+      dlsym(lib, "nanhunt_cuda_enqueue_many"));
+  auto drain = reinterpret_cast<decltype(&nanhunt_cuda_drain)>(dlsym(lib, "nanhunt_cuda_drain"));
+  ASSERT_TRUE(start && many && drain);
+  char error[256] = {};
+  ASSERT_EQ(start(16376.0, &Deliver, error, sizeof(error)), 0) << error;
+  NanhuntDeviceTensor empty[33]{};
+  int contexts[33] = {};
+  void* handles[33];
+  for (int i = 0; i < 33; ++i) {
+    empty[i].format = static_cast<int>(nanhunt::Format::kF32);
+    empty[i].dense = 1;
+    handles[i] = &contexts[i];
+  }
+  EXPECT_NE(many(0, nullptr, empty, 33, handles, error, sizeof(error)), 0);
+  EXPECT_NE(std::string(error).find("1 to 32"), std::string::npos) << error;
+  const int before = g_delivered.load();
+  if (many(0, nullptr, empty, 3, handles, error, sizeof(error)) != 0) {
+    EXPECT_NE(std::string(error).find("cuda"), std::string::npos) << error;
+    EXPECT_EQ(g_delivered.load(), before);
+  } else {
+    drain();
+    EXPECT_EQ(g_delivered.load(), before + 3);
+  }
+}
+
 }  // namespace
