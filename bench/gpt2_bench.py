@@ -31,16 +31,28 @@ def trace_meta(out):
         db.close()
 
 
+# Monitored modes; "-no-names" leaves CUPTI alone (NANHUNT_KERNEL_NAMES=0),
+# which tells what the kernel names cost.
+MONITORED = ("nanhunt", "sample", "nanhunt-no-names", "sample-no-names")
+LABELS = [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
+          ("nanhunt-no-names", "  the same, no kernel names"),
+          ("sample", "nanhunt sample (1% of ops)"),
+          ("sample-no-names", "  the same, no kernel names"),
+          ("anomaly", "set_detect_anomaly(True)")]
+
+
 def run(mode, args, out):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
     out = os.path.join(out, mode)
     cmd = [sys.executable, str(ROOT / "bench" / "gpt2_step.py"), "--device", args.device,
            "--steps", str(args.steps)] + (["--tiny"] if args.tiny else [])
-    if mode in ("nanhunt", "sample"):
+    if mode in MONITORED:
         env.update(LD_PRELOAD=str(Path(args.build) / "lib" / "libnanhunt.so"),
                    NANHUNT_OUT=out, NANHUNT_QUIET="1", NANHUNT_EXIT_SUMMARY="0")
-    if mode == "sample":
+    if mode.endswith("-no-names"):
+        env.update(NANHUNT_KERNEL_NAMES="0")
+    if mode.startswith("sample"):
         env.update(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
                    NANHUNT_SAMPLE_STEPS="0")
     if mode == "anomaly":
@@ -62,7 +74,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--build", default=str(ROOT / "build"))
     args = p.parse_args()
-    modes = ["plain", "nanhunt", "sample", "anomaly"]
+    modes = [m for m, _ in LABELS]
     times = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(args.rounds):
@@ -72,9 +84,7 @@ def main():
         size = "tiny" if args.tiny else "GPT-2 small (12x768, seq 1024, batch 8)"
         print(f"{size}, {args.device}, fp16 autocast, {args.steps} steps x {args.rounds} rounds")
         print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
-        for m, label in [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
-                         ("sample", "nanhunt sample (1% of ops)"),
-                         ("anomaly", "set_detect_anomaly(True)")]:
+        for m, label in LABELS:
             print(f"{label:<28}{med[m]:>10.2f}{med[m] / med['plain']:>9.2f}x")
             if m in ("nanhunt", "sample"):
                 # A fast monitored run that checked nothing would be no figure.
