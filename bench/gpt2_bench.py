@@ -73,8 +73,14 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--build", default=str(ROOT / "build"))
+    p.add_argument("--modes", default=",".join(m for m, _ in LABELS),
+                   help="comma-separated, of: " + ", ".join(m for m, _ in LABELS))
     args = p.parse_args()
-    modes = [m for m, _ in LABELS]
+    modes = [m for m, _ in LABELS if m in args.modes.split(",") or m == "plain"]
+    unknown = set(args.modes.split(",")) - {m for m, _ in LABELS}
+    if unknown:
+        p.error(f"--modes: unknown {', '.join(sorted(unknown))}; "
+                f"allowed: {', '.join(m for m, _ in LABELS)}")
     times = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(args.rounds):
@@ -84,7 +90,7 @@ def main():
         size = "tiny" if args.tiny else "GPT-2 small (12x768, seq 1024, batch 8)"
         print(f"{size}, {args.device}, fp16 autocast, {args.steps} steps x {args.rounds} rounds")
         print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
-        for m, label in LABELS:
+        for m, label in [(m, label) for m, label in LABELS if m in modes]:
             print(f"{label:<28}{med[m]:>10.2f}{med[m] / med['plain']:>9.2f}x")
             if m in ("nanhunt", "sample"):
                 # A fast monitored run that checked nothing would be no figure.

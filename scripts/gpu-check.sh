@@ -40,12 +40,22 @@ echo "machine: $(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}"), $(c++
 # A failing part is noted and the script goes on: one device run should
 # bring back every figure it can. The summary names what failed.
 failed=()
+# GPU_CHECK_BENCH="MODES ROUNDS" runs only the build and the GPT-2
+# benchmark's MODES (bench/gpt2_bench.py --modes) over ROUNDS rounds: a
+# second look at a figure when device time is short.
+read -r bench_modes bench_rounds <<<"${GPU_CHECK_BENCH:-}"
 
 "$python" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PYTHON="$python" \
   ${prefix:+-DCMAKE_PREFIX_PATH=$prefix/usr -DCMAKE_INCLUDE_PATH=$prefix/usr/include -DCMAKE_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu} \
   -DCMAKE_CUDA_ARCHITECTURES=native >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep '^-- nanhunt' "$build.configure.log" || true
+if [[ -n $bench_modes ]]; then
+  cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda \
+    "${keep_going[@]}" | { grep -v '^\[' || true; }
+  "$python" bench/gpt2_bench.py --build "$build" --modes "$bench_modes" --rounds "${bench_rounds:-3}"
+  exit
+fi
 cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests \
   nanhunt_cuda_api_test nanhunt_kernel_names_test "${keep_going[@]}"
 

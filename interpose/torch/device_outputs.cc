@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
 #include "cupti/cuda_api.h"
+#include "interpose/torch/device_kernel_names.h"
 #include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
 #include "interpose/torch/sample_control.h"
@@ -34,13 +35,19 @@ struct CudaLibrary {
   decltype(&nanhunt_kernels_forget) kernels_forget = nullptr;
   decltype(&nanhunt_kernel_launches) kernel_launches = nullptr;
   std::string unavailable;  // why not, when it did not load
-  std::string kernel_names_off;  // why CUPTI gives no names, if so
+  int (*cupti_start)(char*, int) = nullptr;
+  // Why CUPTI gives no names, if so; changes once when sample mode starts
+  // them late (StartKernelNames).
+  absl::Mutex names_mu;
+  std::string kernel_names_off ABSL_GUARDED_BY(names_mu);
+  std::atomic<bool> names_tried{false};  // StartKernelNames ran
 };
 
 // Set once the library is up with CUPTI: read on every op without a lock.
 std::atomic<const CudaLibrary*> g_with_kernels{nullptr};
 
 std::atomic<int64_t> g_enqueued{0};
+std::atomic<bool> g_names_wanted{false};  // sample mode escalated
 std::atomic<int64_t> g_in_capture{0};
 LateOps* g_late = nullptr;  // leaked on purpose, like the session
 std::function<void(const LateOp&, Verdict)>* g_on_verdict = nullptr;
@@ -85,10 +92,35 @@ void Deliver(void* context, const CheckCounts* counts) {
   }
 }
 
+// Subscribes to CUPTI for kernel names, once (said once when it cannot).
+void StartKernelNames(CudaLibrary& l, Session& session) {
+  absl::MutexLock lock(&l.names_mu);
+  if (l.names_tried.exchange(true)) return;
+  char why[256] = {};
+  if (!session.config().kernel_names) {
+    l.kernel_names_off = "NANHUNT_KERNEL_NAMES=0 (CUPTI left to other tools)";
+  } else if (l.cupti_start == nullptr || !l.kernels_mark || !l.kernels_since ||
+             !l.kernels_forget || !l.kernel_launches) {
+    l.kernel_names_off = "this libnanhunt_cuda.so has no CUPTI support";
+  } else if (l.cupti_start(why, sizeof(why)) == 0) {
+    l.kernel_names_off = why;
+  } else {
+    l.kernel_names_off.clear();
+  }
+  if (!l.kernel_names_off.empty()) {
+    // Said once; checks go on without names.
+    if (!session.config().quiet && session.config().kernel_names) {
+      fprintf(stderr, "nanhunt: no GPU kernel names: %s\n", l.kernel_names_off.c_str());
+    }
+  } else {
+    g_with_kernels.store(&l);
+  }
+}
+
 // Loaded at the first GPU output: libnanhunt_cuda.so next to this plugin.
 // Its CUDA runtime is static and finds the driver at run time.
-const CudaLibrary& Library(Session& session) {
-  static const CudaLibrary* lib = [&session] {
+CudaLibrary& Library(Session& session) {
+  static CudaLibrary* lib = [&session] {
     auto* l = new CudaLibrary;
     const std::string self = PluginPath();
     const std::string path = self.substr(0, self.rfind('/')) + "/libnanhunt_cuda.so";
@@ -110,28 +142,20 @@ const CudaLibrary& Library(Session& session) {
       l->unavailable = error;
     }
     if (!l->unavailable.empty()) return l;
-    auto cupti_start = reinterpret_cast<decltype(&nanhunt_cupti_start)>(
+    l->cupti_start = reinterpret_cast<decltype(&nanhunt_cupti_start)>(
         dlsym(handle, "nanhunt_cupti_start"));
     l->kernels_mark = reinterpret_cast<decltype(l->kernels_mark)>(dlsym(handle, "nanhunt_kernels_mark"));
     l->kernels_since = reinterpret_cast<decltype(l->kernels_since)>(dlsym(handle, "nanhunt_kernels_since"));
     l->kernels_forget = reinterpret_cast<decltype(l->kernels_forget)>(dlsym(handle, "nanhunt_kernels_forget"));
     l->kernel_launches = reinterpret_cast<decltype(l->kernel_launches)>(dlsym(handle, "nanhunt_kernel_launches"));
-    char why[256] = {};
-    if (!session.config().kernel_names) {
-      l->kernel_names_off = "NANHUNT_KERNEL_NAMES=0 (CUPTI left to other tools)";
-    } else if (cupti_start == nullptr || !l->kernels_mark || !l->kernels_since ||
-               !l->kernels_forget || !l->kernel_launches) {
-      l->kernel_names_off = "this libnanhunt_cuda.so has no CUPTI support";
-    } else if (cupti_start(why, sizeof(why)) == 0) {
-      l->kernel_names_off = why;
-    }
-    if (!l->kernel_names_off.empty()) {
-      // Said once; checks go on without names.
-      if (!session.config().quiet && session.config().kernel_names) {
-        fprintf(stderr, "nanhunt: no GPU kernel names: %s\n", l->kernel_names_off.c_str());
-      }
+    if (session.sampler() == nullptr || g_names_wanted.load()) {
+      StartKernelNames(*l, session);
     } else {
-      g_with_kernels.store(l);
+      // Sample mode names kernels from its first escalation on: CUPTI's
+      // callback on every launch of every unchecked op would cost more
+      // than the sampled checks themselves.
+      absl::MutexLock lock(&l->names_mu);
+      l->kernel_names_off = "sample mode starts them at its first escalation";
     }
     g_late = new LateOps(&session.monitor(), &StorageStateOf, &RememberStorage);
     if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
@@ -274,7 +298,11 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   if (!any) return false;
   // A composite op's outputs are its nested ops' outputs, checked there.
   if (traits.composite) return true;
-  const CudaLibrary& lib = Library(session);
+  CudaLibrary& lib = Library(session);
+  if (g_names_wanted.load(std::memory_order_relaxed) &&
+      !lib.names_tried.load(std::memory_order_relaxed) && lib.unavailable.empty()) {
+    StartKernelNames(lib, session);  // sample mode escalated: from now on
+  }
   if (!lib.unavailable.empty()) {
     ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
       if (IsCheckableOnDevice(t)) CountUnchecked(/*on_device=*/true);
@@ -440,6 +468,12 @@ void ForgetDeviceKernels() {
   }
 }
 
+void NameKernelsFromNowOn() {
+  // Started by the next GPU op's thread (CheckOnDevice), not here: this
+  // may be the drain thread, inside a delivery.
+  g_names_wanted.store(true, std::memory_order_relaxed);
+}
+
 void SetLateVerdictHandler(std::function<void(const LateOp&, Verdict)> fn) {
   g_on_verdict = new std::function<void(const LateOp&, Verdict)>(std::move(fn));
 }
@@ -460,9 +494,12 @@ DeviceTotals GetDeviceTotals() {
   if (g_late != nullptr) {
     Session* session = Session::Get();
     if (session != nullptr) {
-      const CudaLibrary& lib = Library(*session);
+      CudaLibrary& lib = Library(*session);
       totals.unavailable = lib.unavailable;
-      totals.kernel_names_off = lib.kernel_names_off;
+      {
+        absl::MutexLock lock(&lib.names_mu);
+        totals.kernel_names_off = lib.kernel_names_off;
+      }
       if (lib.unavailable.empty()) totals.waits = lib.waits();
       if (lib.kernel_launches != nullptr) totals.kernel_launches = lib.kernel_launches();
     }

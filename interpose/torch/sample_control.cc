@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/budget.h"
 #include "core/sampler.h"
+#include "interpose/torch/device_kernel_names.h"
 #include "interpose/torch/observation.h"
 #include "interpose/torch/session.h"
 
@@ -45,6 +46,7 @@ void EscalateSampling(Session& session, const std::string& why, int64_t step) {
   if (step < 0) step = session.monitor().step();
   const bool new_window = sampler->Escalate(step);
   ObserveEveryOp(true);  // also when an open window was only extended
+  NameKernelsFromNowOn();
   if (!new_window) return;
   const std::string detail = absl::StrCat(
       why, " at step ", step, ": every op checked through step ",
