@@ -179,9 +179,10 @@ const Setting kSettings[] = {
        return ApplyBool("NANHUNT_FOLLOW_CHILDREN", v, c.follow_children);
      }},
     {{"NANHUNT_KERNEL_NAMES", "1", "0 or 1 (also true/false, on/off)",
-      "on a GPU, name the kernels each op launched through CUPTI; CUPTI 13.0 "
-      "takes one subscriber per process, so a torch.profiler started later in "
-      "the run gets no GPU trace: 0 leaves CUPTI to it"},
+      "on a GPU, name the kernels each op launched through CUPTI (sample "
+      "mode: from its first escalation on); CUPTI 13.0 takes one subscriber "
+      "per process, so a torch.profiler started later in the run gets no GPU "
+      "trace: 0 leaves CUPTI to it"},
      [](absl::string_view v, Config& c) {
        return ApplyBool("NANHUNT_KERNEL_NAMES", v, c.kernel_names);
      }},
