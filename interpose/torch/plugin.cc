@@ -278,18 +278,22 @@ except Exception as e:
 // GradScaler.scale's wrapper (step_guard.py's watch_loss_scale), which
 // names the scale's memory before the first loss is multiplied by it: set
 // up at the first op once torch has finished importing (its classes do not
-// exist before). Until then, tried at most once a millisecond.
+// exist before). Until then, tried at most once a millisecond, and given
+// up after a thousand tries: a program that embeds Python but never
+// imports torch's module would otherwise pay for a try every millisecond.
 void WatchLossScale() {
   static std::atomic<bool> done{false};
   static std::atomic<int64_t> last_try{0};
+  static std::atomic<int> tries{0};
   if (done.load(std::memory_order_relaxed)) return;
-  if (!Python().ok) {
+  if (!Python().ok || tries.load(std::memory_order_relaxed) >= 1000) {
     done.store(true);
     return;
   }
   const int64_t now = NowNs();
   if (now - last_try.load(std::memory_order_relaxed) < 1'000'000) return;
   last_try.store(now, std::memory_order_relaxed);
+  tries.fetch_add(1, std::memory_order_relaxed);
   const std::string lib = PluginPath();
   static constexpr char kWatch[] = R"py(
 import sys
