@@ -1,5 +1,8 @@
 #include "core/check_ring.h"
 
+#include <algorithm>
+
+#include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "core/quiet_thread.h"
 
@@ -20,16 +23,14 @@ CheckRing::~CheckRing() {
   DrainAll();
 }
 
-bool CheckRing::Enqueue(void* stream, std::shared_ptr<void> context,
-                        const std::function<bool(int slot)>& enqueue_device) {
-  int slot = -1;
+void CheckRing::TakeSlots(size_t n, int* slots) {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
-      if (!free_slots_.empty()) {
-        slot = free_slots_.back();
-        free_slots_.pop_back();
-        break;
+      if (free_slots_.size() >= n) {
+        std::copy(free_slots_.end() - static_cast<std::ptrdiff_t>(n), free_slots_.end(), slots);
+        free_slots_.resize(free_slots_.size() - n);
+        return;
       }
       ++waits_;
     }
@@ -37,17 +38,34 @@ bool CheckRing::Enqueue(void* stream, std::shared_ptr<void> context,
     absl::MutexLock deliver_lock(&deliver_mu_);
     DeliverHead(/*block=*/true);
   }
+}
+
+void CheckRing::FreeSlots(const int* slots, size_t n) {
+  absl::MutexLock lock(&mu_);
+  free_slots_.insert(free_slots_.end(), slots, slots + n);
+}
+
+void CheckRing::Queue(void* stream, std::shared_ptr<void>* contexts, const int* slots,
+                      size_t n) {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < n; ++i) {
+    PendingCheck check;
+    check.sequence = next_sequence_++;
+    check.stream = stream;
+    check.context = std::move(contexts[i]);
+    queue_.push_back(Entry{slots[i], std::move(check)});
+  }
+}
+
+bool CheckRing::Enqueue(void* stream, std::shared_ptr<void> context,
+                        const std::function<bool(int slot)>& enqueue_device) {
+  int slot = -1;
+  TakeSlots(1, &slot);
   if (!enqueue_device(slot)) {
-    absl::MutexLock lock(&mu_);
-    free_slots_.push_back(slot);
+    FreeSlots(&slot, 1);
     return false;
   }
-  absl::MutexLock lock(&mu_);
-  PendingCheck check;
-  check.sequence = next_sequence_++;
-  check.stream = stream;
-  check.context = std::move(context);
-  queue_.push_back(Entry{slot, std::move(check)});
+  Queue(stream, &context, &slot, 1);
   return true;
 }
 
@@ -57,34 +75,13 @@ bool CheckRing::EnqueueBatch(
   const size_t n = contexts.size();
   if (n == 0) return true;
   if (n > static_cast<size_t>(device_->slots())) return false;
-  std::vector<int> slots;
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (free_slots_.size() >= n) {
-        slots.assign(free_slots_.end() - static_cast<std::ptrdiff_t>(n), free_slots_.end());
-        free_slots_.resize(free_slots_.size() - n);
-        break;
-      }
-      ++waits_;
-    }
-    // Too few free: wait for the oldest result, as Enqueue does.
-    absl::MutexLock deliver_lock(&deliver_mu_);
-    DeliverHead(/*block=*/true);
-  }
+  absl::InlinedVector<int, 32> slots(n);
+  TakeSlots(n, slots.data());
   if (!enqueue_device(slots.data(), static_cast<int>(n))) {
-    absl::MutexLock lock(&mu_);
-    free_slots_.insert(free_slots_.end(), slots.begin(), slots.end());
+    FreeSlots(slots.data(), n);
     return false;
   }
-  absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < n; ++i) {
-    PendingCheck check;
-    check.sequence = next_sequence_++;
-    check.stream = stream;
-    check.context = std::move(contexts[i]);
-    queue_.push_back(Entry{slots[i], std::move(check)});
-  }
+  Queue(stream, contexts.data(), slots.data(), n);
   return true;
 }
 

@@ -84,6 +84,12 @@ class CheckRing {
     PendingCheck check;
   };
   void Run();
+  // Takes `n` free slots into `slots`, delivering the oldest results while
+  // too few are free (each such wait counted).
+  void TakeSlots(size_t n, int* slots);
+  void FreeSlots(const int* slots, size_t n);
+  // Queues the enqueued checks for delivery, in order.
+  void Queue(void* stream, std::shared_ptr<void>* contexts, const int* slots, size_t n);
   // Delivers the head entry; `block`: wait for the device if unfinished.
   bool DeliverHead(bool block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_);
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -72,23 +73,36 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_start(
   return 0;
 }
 
+static_assert(NANHUNT_MAX_BATCH == kMaxBatch, "cuda_api.h's batch size is the kernel's");
+
 namespace {
 
-// What every enqueue does first: refuse a capturing stream before the
-// ring (a capture must not wait for a free slot, nor see this device's
-// first allocations), then find the device's ring and checks.
-bool Prepare(int device, void* stream, CheckRing** ring, CudaChecks** checks,
-             std::string* why) {
-  if (!StreamTakesChecks(device, stream, why)) return false;
-  absl::MutexLock lock(&g_mu);
-  if (g_limits == nullptr) {
-    *why = "nanhunt_cuda_start was not called";
-    return false;
+// Every enqueue: refuse a capturing stream before the ring (a capture must
+// not wait for a free slot, nor see this device's first allocations), find
+// the device's ring and checks, and run `enqueue` with the launches marked
+// as nanhunt's own (the check kernel is not the op's). 0, or 1 with
+// `error` saying why.
+int Enqueue(int device, void* stream, char* error, int error_len,
+            const std::function<bool(CheckRing&, CudaChecks&, std::string* why)>& enqueue) {
+  std::string why;
+  CheckRing* ring = nullptr;
+  CudaChecks* checks = nullptr;
+  if (StreamTakesChecks(device, stream, &why)) {
+    absl::MutexLock lock(&g_mu);
+    if (g_limits == nullptr) {
+      why = "nanhunt_cuda_start was not called";
+    } else if ((ring = RingFor(device, &why)) != nullptr) {
+      checks = (*g_devices)[device].checks.get();
+    }
   }
-  *ring = RingFor(device, why);
-  if (*ring == nullptr) return false;
-  *checks = (*g_devices)[device].checks.get();
-  return true;
+  bool ok = ring != nullptr;
+  if (ok) {
+    SetOwnLaunches(true);
+    ok = enqueue(*ring, *checks, &why);
+    SetOwnLaunches(false);
+  }
+  if (!ok) Fail(error, error_len, why);
+  return ok ? 0 : 1;
 }
 
 DeviceTensor FromC(const NanhuntDeviceTensor& t) {
@@ -121,21 +135,13 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue(
     Fail(error, error_len, "a strided view of more than 8 dimensions");
     return 1;
   }
-  std::string why;
-  CheckRing* ring = nullptr;
-  CudaChecks* checks = nullptr;
-  if (!Prepare(device, stream, &ring, &checks, &why)) {
-    Fail(error, error_len, why);
-    return 1;
-  }
   const DeviceTensor tensor = FromC(*t);
-  SetOwnLaunches(true);  // the check kernel is not the op's
-  const bool ok = ring->Enqueue(stream, Handle(context), [&](int slot) {
-    return checks->Enqueue(slot, tensor, *g_limits, stream, &why);
-  });
-  SetOwnLaunches(false);
-  if (!ok) Fail(error, error_len, why);
-  return ok ? 0 : 1;
+  return Enqueue(device, stream, error, error_len,
+                 [&](CheckRing& ring, CudaChecks& checks, std::string* why) {
+                   return ring.Enqueue(stream, Handle(context), [&](int slot) {
+                     return checks.Enqueue(slot, tensor, *g_limits, stream, why);
+                   });
+                 });
 }
 
 extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue_many(
@@ -145,26 +151,20 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue_many(
     Fail(error, error_len, "a batch of checks holds 1 to 32 tensors");
     return 1;
   }
-  std::string why;
-  CheckRing* ring = nullptr;
-  CudaChecks* checks = nullptr;
-  if (!Prepare(device, stream, &ring, &checks, &why)) {
-    Fail(error, error_len, why);
-    return 1;
-  }
   DeviceTensor batch[kMaxBatch];
   std::vector<std::shared_ptr<void>> handles;
   for (int i = 0; i < n; ++i) {
     batch[i] = FromC(tensors[i]);
     handles.push_back(Handle(contexts[i]));
   }
-  SetOwnLaunches(true);
-  const bool ok = ring->EnqueueBatch(stream, std::move(handles), [&](const int* slots, int count) {
-    return checks->EnqueueBatch(slots, batch, count, *g_limits, stream, &why);
-  });
-  SetOwnLaunches(false);
-  if (!ok) Fail(error, error_len, why);
-  return ok ? 0 : 1;
+  return Enqueue(device, stream, error, error_len,
+                 [&](CheckRing& ring, CudaChecks& checks, std::string* why) {
+                   return ring.EnqueueBatch(stream, std::move(handles),
+                                            [&](const int* slots, int count) {
+                                              return checks.EnqueueBatch(slots, batch, count,
+                                                                         *g_limits, stream, why);
+                                            });
+                 });
 }
 
 extern "C" __attribute__((visibility("default"))) void nanhunt_cuda_drain(void) {

@@ -37,6 +37,9 @@ int nanhunt_cuda_enqueue(int device, void* stream,
                          const NanhuntDeviceTensor* tensor, void* context,
                          char* error, int error_len);
 
+// The most tensors nanhunt_cuda_enqueue_many takes (cupti/check_kernel.h).
+enum { NANHUNT_MAX_BATCH = 32 };
+
 // The same for `n` (1 to 32) dense tensors of one format with one kernel
 // launch, each delivered with its own context (in order). All or nothing:
 // on failure every context stays the caller's.

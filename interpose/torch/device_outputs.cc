@@ -174,9 +174,7 @@ atexit.register(ctypes.CDLL(LIBRARY).nanhunt_drain_device_checks)
 bool IsCheckableOnDevice(const at::Tensor& t) {
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided &&
          t.has_storage() && torch_compat::FormatOf(t.scalar_type()) &&
-         !t.key_set().has_any(c10::DispatchKeySet(
-             {c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
-              c10::DispatchKey::PythonTLSSnapshot}));
+         !WithoutOwnMemory(t);
 }
 
 template <class Fn>
@@ -211,18 +209,22 @@ NanhuntDeviceTensor Describe(const at::Tensor& t, Format format) {
   return d;
 }
 
-// Enqueues the check of `t` (as `described`) on its device's current
-// stream; `pending` comes back through Deliver. False, with `error` saying
-// why, when it could not be enqueued: `pending` is then still the caller's.
-bool EnqueueCheck(const CudaLibrary& lib, const at::Tensor& t,
-                  const NanhuntDeviceTensor& described, Pending* pending,
-                  std::string* error) {
+// Enqueues the checks of `described` (one tensor, or up to
+// NANHUNT_MAX_BATCH dense tensors of one format) on the current stream of
+// `device`; each context comes back through Deliver. False, with `error`
+// saying why, when they could not be enqueued: the contexts are then still
+// the caller's.
+bool EnqueueOnStream(const CudaLibrary& lib, c10::Device device,
+                     const NanhuntDeviceTensor* described, void* const* contexts, int n,
+                     std::string* error) {
   void* stream = nullptr;  // also the default stream's handle
-  if (!torch_compat::CurrentStreamHandle(t.device(), &stream, error)) return false;
+  if (!torch_compat::CurrentStreamHandle(device, &stream, error)) return false;
   char text[256] = {};
-  if (lib.enqueue(t.device().index(), stream, &described, pending, text, sizeof(text)) == 0) {
-    return true;
-  }
+  const int rc = n == 1 ? lib.enqueue(device.index(), stream, described, contexts[0], text,
+                                      sizeof(text))
+                        : lib.enqueue_many(device.index(), stream, described, n, contexts,
+                                           text, sizeof(text));
+  if (rc == 0) return true;
   *error = text;
   return false;
 }
@@ -236,20 +238,17 @@ struct OutputCheck {
   std::string error;  // when not
 };
 
-// At most this many tensors per launch (cupti/check_kernel.h's kMaxBatch).
-constexpr int kMaxBatch = 32;
-
 // Enqueues every check: dense tensors of one device and format together,
-// kMaxBatch per kernel launch (a foreach op over a model's 150 parameters
-// costs 5 launches, not 150), the rest one by one.
+// NANHUNT_MAX_BATCH per kernel launch (a foreach op over a model's 150
+// parameters costs 5 launches, not 150), the rest one by one.
 void EnqueueChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
   std::vector<bool> done(checks.size(), false);
   for (size_t i = 0; i < checks.size(); ++i) {
     if (done[i]) continue;
-    OutputCheck& first = checks[i];
+    const OutputCheck& first = checks[i];
     std::vector<size_t> batch{i};
     if (lib.enqueue_many != nullptr && first.described.dense) {
-      for (size_t j = i + 1; j < checks.size() && batch.size() < kMaxBatch; ++j) {
+      for (size_t j = i + 1; j < checks.size() && batch.size() < NANHUNT_MAX_BATCH; ++j) {
         if (!done[j] && checks[j].described.dense &&
             checks[j].described.format == first.described.format &&
             checks[j].tensor.device() == first.tensor.device()) {
@@ -257,28 +256,16 @@ void EnqueueChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
         }
       }
     }
-    for (size_t k : batch) done[k] = true;
-    if (batch.size() == 1) {
-      first.enqueued = EnqueueCheck(lib, first.tensor, first.described, first.pending,
-                                    &first.error);
-      continue;
+    std::vector<NanhuntDeviceTensor> described;
+    std::vector<void*> contexts;
+    for (size_t k : batch) {
+      done[k] = true;
+      described.push_back(checks[k].described);
+      contexts.push_back(checks[k].pending);
     }
     std::string error;
-    void* stream = nullptr;
-    bool ok = torch_compat::CurrentStreamHandle(first.tensor.device(), &stream, &error);
-    if (ok) {
-      std::vector<NanhuntDeviceTensor> described;
-      std::vector<void*> contexts;
-      for (size_t k : batch) {
-        described.push_back(checks[k].described);
-        contexts.push_back(checks[k].pending);
-      }
-      char text[256] = {};
-      ok = lib.enqueue_many(first.tensor.device().index(), stream, described.data(),
-                            static_cast<int>(batch.size()), contexts.data(), text,
-                            sizeof(text)) == 0;
-      if (!ok) error = text;
-    }
+    const bool ok = EnqueueOnStream(lib, first.tensor.device(), described.data(),
+                                    contexts.data(), static_cast<int>(batch.size()), &error);
     for (size_t k : batch) {
       checks[k].enqueued = ok;
       if (!ok) checks[k].error = error;
@@ -448,7 +435,8 @@ bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session
   for (size_t i = 0; i < tensors.size(); ++i) {
     std::string error;
     auto* pending = new Pending{nullptr, read, static_cast<int>(i)};
-    if (!EnqueueCheck(lib, tensors[i], described[i], pending, &error)) {
+    void* context = pending;
+    if (!EnqueueOnStream(lib, tensors[i].device(), &described[i], &context, 1, &error)) {
       delete pending;
       return false;  // the reads already enqueued arrive and stay incomplete
     }

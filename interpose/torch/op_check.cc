@@ -261,16 +261,13 @@ void CountUnchecked(bool on_device) {
   if (on_device) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
 }
 
-namespace {
-
-// Tensors without real memory behind them: torch.compile's fake tensors
-// while it traces, functionalization wrappers, tensor subclasses. Their
-// data pointer throws; the real computation is checked where it runs.
 bool WithoutOwnMemory(const at::Tensor& t) {
   return t.key_set().has_any(c10::DispatchKeySet(
       {c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
        c10::DispatchKey::PythonTLSSnapshot}));
 }
+
+namespace {
 
 bool InHostMemory(const at::Tensor& t) {
   return t.layout() == at::kStrided && t.device().is_cpu() && t.has_storage();

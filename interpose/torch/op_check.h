@@ -46,6 +46,11 @@ enum class CacheUse {
   kReuseOrRemember  // both
 };
 
+// Tensors without real memory behind them: torch.compile's fake tensors
+// while it traces, functionalization wrappers, tensor subclasses. Their
+// data pointer throws; the real computation is checked where it runs.
+bool WithoutOwnMemory(const at::Tensor& t);
+
 // Checks a floating-point tensor in host memory. False for tensors the
 // check skips (other devices, layouts, integer dtypes); counting those
 // that are outputs is the caller's business (CountIfUnreadable).

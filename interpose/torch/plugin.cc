@@ -281,7 +281,7 @@ except Exception as e:
 // exist before). Until then, tried at most once a millisecond, and given
 // up after a thousand tries: a program that embeds Python but never
 // imports torch's module would otherwise pay for a try every millisecond.
-void WatchLossScale() {
+void WatchLossScale(ThreadState& ts) {
   static std::atomic<bool> done{false};
   static std::atomic<int64_t> last_try{0};
   static std::atomic<int> tries{0};
@@ -306,9 +306,11 @@ except Exception as e:
     print(f"nanhunt: GradScaler's scaling cannot be told apart ({e!r}); the "
           "scaled loss may be reported as nearing fp16's limit", file=sys.stderr)
 )py";
+  ts.busy = true;  // the wrapper's installation is not the model's
   if (RunPython(WithStepGuard(kWatch).c_str(), {{"SCRIPT", StepGuardScript()}, {"LIBRARY", lib}})) {
     done.store(true);
   }
+  ts.busy = false;
 }
 
 bool HasFp16Output(const std::vector<TensorFacts>& outputs) {
@@ -367,6 +369,9 @@ void LearnFromFinding(const at::RecordFunction& fn, const Frame* top,
 // and its scale goes into the trace. On a GPU the step is settled now, in
 // order with the ops (skipped: no optimizer step ran since the last
 // update), and the scale and found_inf are read back without a sync.
+constexpr char kScalerSkipped[] =
+    "GradScaler skipped the optimizer step (gradients not finite)";
+
 void OnScalerUpdate(const std::vector<c10::IValue>& inputs) {
   Session& session = *Session::Get();
   Monitor& monitor = session.monitor();
@@ -375,8 +380,7 @@ void OnScalerUpdate(const std::vector<c10::IValue>& inputs) {
     monitor.OnScalerUpdate(update->scale, update->found_inf);
     // A skip ends its iteration here unless step_guard.py reported it.
     if (update->found_inf && monitor.step() != step) {
-      EscalateSampling(session, "GradScaler skipped the optimizer step (gradients not finite)",
-                       step);
+      EscalateSampling(session, kScalerSkipped, step);
     }
     return;
   }
@@ -386,8 +390,7 @@ void OnScalerUpdate(const std::vector<c10::IValue>& inputs) {
   }
   const StepTracker::ScalerStep s = monitor.OnScalerUpdateStep();
   if (s.advanced) {
-    EscalateSampling(session, "GradScaler skipped the optimizer step (gradients not finite)",
-                     step);
+    EscalateSampling(session, kScalerSkipped, step);
   }
   ReadValuesOnDevice({inputs[0].toTensor(), inputs[2].toTensor()}, session,
                      [&monitor, row_step = s.step](const std::vector<double>& v) {
@@ -576,9 +579,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
         break;
       default: {
-        ts.busy = true;  // the wrapper's installation is not the model's
-        WatchLossScale();
-        ts.busy = false;
+        WatchLossScale(ts);
         // Between ops only (see fp32_fallback.h): not inside another op.
         if (ts.depth == 1 || ts.frames[ts.depth - 2].kind != FrameKind::kOp) {
           bool top_level = true;
@@ -750,7 +751,7 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_st
   try {
     Session* session = Session::Get();
     if (session == nullptr || !MonitoringActive()) return;
-    EscalateSampling(*session, "GradScaler skipped the optimizer step (gradients not finite)");
+    EscalateSampling(*session, kScalerSkipped);
     session->monitor().OnOptimizerStepEnd();
     UpdateObservation(*session);
   } catch (...) {

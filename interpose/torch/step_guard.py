@@ -198,14 +198,26 @@ def _watch_grad_scaler():
     scaler.step = step
 
 
+def _library(library_path):
+    """libnanhunt_torch.so through ctypes, once for both entry points."""
+    global _lib
+    if _lib is None:
+        lib = ctypes.CDLL(library_path)
+        lib.nanhunt_quiet.argtypes = [ctypes.c_int]
+        lib.nanhunt_sentinel.argtypes = [ctypes.c_int]
+        lib.nanhunt_skip_enabled.restype = ctypes.c_int
+        lib.nanhunt_loss_scale.argtypes = [ctypes.c_void_p]
+        _lib = lib
+    return _lib
+
+
 def watch_loss_scale(library_path):
     """Wraps GradScaler.scale to name the scale's memory to nanhunt before
     the loss is multiplied by it: the scaled loss, its gradient and the
     scale are past fp16's range on purpose (in fp32), and are then not
     reported as nearing it. Values are untouched. Loaded as soon as torch
     has been imported, before the first loss is scaled."""
-    lib = ctypes.CDLL(library_path)
-    lib.nanhunt_loss_scale.argtypes = [ctypes.c_void_p]
+    lib = _library(library_path)
     scaler = getattr(torch.amp, "GradScaler", None)
     if scaler is None or getattr(scaler.scale, "_nanhunt_watch", False):
         return
@@ -230,11 +242,8 @@ def watch_loss_scale(library_path):
 
 
 def install(library_path, sentinel):
-    global _lib, _sentinel
-    _lib = ctypes.CDLL(library_path)
-    _lib.nanhunt_quiet.argtypes = [ctypes.c_int]
-    _lib.nanhunt_sentinel.argtypes = [ctypes.c_int]
-    _lib.nanhunt_skip_enabled.restype = ctypes.c_int
+    global _sentinel
+    _library(library_path)
     _sentinel = sentinel == "1"
     register_optimizer_step_pre_hook(_before_step)
     register_optimizer_step_post_hook(_after_step)
