@@ -63,7 +63,8 @@ def run(mode, args, out):
     for line in r.stderr.splitlines():
         if line.startswith("nanhunt:") and "internal error" in line:
             print(f"{mode}: {line}")
-    return float(r.stdout.split()[1])
+    words = r.stdout.split()
+    return {k: float(v) for k, v in zip(words[::2], words[1::2])}
 
 
 def main():
@@ -86,12 +87,17 @@ def main():
         for _ in range(args.rounds):
             for m in modes:
                 times[m].append(run(m, args, out))
-        med = {m: statistics.median(t) for m, t in times.items()}
+        med = {m: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+               for m, runs in times.items()}
         size = "tiny" if args.tiny else "GPT-2 small (12x768, seq 1024, batch 8)"
         print(f"{size}, {args.device}, fp16 autocast, {args.steps} steps x {args.rounds} rounds")
-        print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}")
+        # fwd+bwd: the GPU's time against the host's time to issue it; a
+        # host time at or above the GPU's means the GPU waited for the host.
+        print(f"{'mode':<28}{'step ms':>10}{'vs plain':>10}{'fwd+bwd GPU/host ms':>22}")
         for m, label in [(m, label) for m, label in LABELS if m in modes]:
-            print(f"{label:<28}{med[m]:>10.2f}{med[m] / med['plain']:>9.2f}x")
+            r = med[m]
+            print(f"{label:<28}{r['step_ms']:>10.2f}{r['step_ms'] / med['plain']['step_ms']:>9.2f}x"
+                  f"{r['fb_gpu_ms']:>13.2f} / {r['fb_host_ms']:.2f}")
             if m in ("nanhunt", "sample"):
                 # A fast monitored run that checked nothing would be no figure.
                 meta = trace_meta(os.path.join(out, m))
@@ -105,6 +111,16 @@ def main():
                       f"{unchecked}, ring waits {meta.get('check_ring_waits', '?')}, "
                       f"kernel names {names}, GradScaler updates recorded "
                       f"{meta['loss_scale_rows']} of {args.steps + 3}")
+                # nanhunt's own host time (core/self_time.h), per step.
+                steps = args.steps + 3
+                ops = float(meta.get("ops_observed", "nan")) / steps
+                per_op = float(meta.get("host_us_per_op", "nan"))
+                checks = float(meta["device_checks"]) / steps
+                print(f"{'':<4}host, a step: {ops:.0f} ops at {per_op:.2f} us in nanhunt's "
+                      f"callbacks = {ops * per_op / 1000:.2f} ms; {checks:.0f} outputs checked, "
+                      f"{meta.get('host_us_per_enqueue', '?')} us an enqueue (one tensor or "
+                      f"a batch); results delivered in "
+                      f"{float(meta.get('delivery_seconds', 'nan')) * 1000 / steps:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 tokens... by default), fp16 autocast with GradScaler, AdamW, on CUDA; prints
 the median step time in ms measured with CUDA events. Knows nothing of
 nanhunt: bench/gpt2_bench.py runs it plain, under the preload and with
-set_detect_anomaly. `--device cpu --tiny` is a smoke test for machines
+set_detect_anomaly. Also prints the forward and backward's GPU time and the
+host's time to issue them (medians). `--device cpu --tiny` is a smoke test for machines
 without a GPU."""
 import argparse
 import statistics
+import time
 
 import torch
 import torch.nn as nn
@@ -56,31 +58,42 @@ def main():
     scaler = torch.amp.GradScaler(dev.type)
     torch.autograd.set_detect_anomaly(a.anomaly)
     data = torch.randint(0, vocab, (batch, seq + 1), device=dev)
-    times = []
+    times, fb_gpu, fb_host = [], [], []
+    cuda = dev.type == "cuda"
     for step in range(a.steps + 3):  # 3 warm-up steps
-        if dev.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Forward and backward: the GPU's time (events) against the host's
+        # time to issue them (GradScaler's step waits for the GPU only
+        # after). Host time at or above GPU time: the GPU waited for the
+        # host, and host work per op sets the step time.
+        t0 = time.perf_counter()
+        if cuda:
+            start, after_backward, end = (torch.cuda.Event(enable_timing=True)
+                                          for _ in range(3))
             start.record()
-        else:
-            import time
-            t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast(dev.type, dtype=torch.float16):
             logits = model(data[:, :-1])
             loss = nn.functional.cross_entropy(logits.float().view(-1, vocab),
                                                data[:, 1:].reshape(-1))
         scaler.scale(loss).backward()
+        t1 = time.perf_counter()
+        if cuda:
+            after_backward.record()
         scaler.step(opt)
         scaler.update()
-        if dev.type == "cuda":
+        if cuda:
             end.record()
             end.synchronize()
-            ms = start.elapsed_time(end)
+            ms, fb_ms = start.elapsed_time(end), start.elapsed_time(after_backward)
         else:
-            ms = (time.perf_counter() - t0) * 1000
+            ms, fb_ms = (time.perf_counter() - t0) * 1000, (t1 - t0) * 1000
         if step >= 3:
             times.append(ms)
-    print(f"step_ms {statistics.median(times):.3f} loss {loss.item():.4f}")
+            fb_gpu.append(fb_ms)
+            fb_host.append((t1 - t0) * 1000)
+    print(f"step_ms {statistics.median(times):.3f} loss {loss.item():.4f} "
+          f"fb_gpu_ms {statistics.median(fb_gpu):.3f} "
+          f"fb_host_ms {statistics.median(fb_host):.3f}")
 
 
 if __name__ == "__main__":

@@ -178,13 +178,22 @@ const Setting kSettings[] = {
      [](absl::string_view v, Config& c) {
        return ApplyBool("NANHUNT_FOLLOW_CHILDREN", v, c.follow_children);
      }},
-    {{"NANHUNT_KERNEL_NAMES", "1", "0 or 1 (also true/false, on/off)",
-      "on a GPU, name the kernels each op launched through CUPTI (sample "
-      "mode: from its first escalation on); CUPTI 13.0 takes one subscriber "
-      "per process, so a torch.profiler started later in the run gets no GPU "
+    {{"NANHUNT_KERNEL_NAMES", "auto", "auto, 1 or 0 (also true/false, on/off)",
+      "on a GPU, name the kernels each op launched through CUPTI: auto from "
+      "the first result near fp16's limit or non-finite, or sample mode's "
+      "first escalation (CUPTI's callback on every launch costs about 1.5 us); "
+      "1 from the first GPU op; CUPTI 13.0 takes one subscriber per process, "
+      "so a torch.profiler started after nanhunt subscribed gets no GPU "
       "trace: 0 leaves CUPTI to it"},
      [](absl::string_view v, Config& c) {
-       return ApplyBool("NANHUNT_KERNEL_NAMES", v, c.kernel_names);
+       if (absl::EqualsIgnoreCase(v, "auto")) {
+         c.kernel_names = KernelNames::kFirstWarning;
+         return absl::OkStatus();
+       }
+       bool on = false;
+       if (absl::Status s = ApplyBool("NANHUNT_KERNEL_NAMES", v, on); !s.ok()) return s;
+       c.kernel_names = on ? KernelNames::kAlways : KernelNames::kOff;
+       return absl::OkStatus();
      }},
     {{"NANHUNT_EXIT_SUMMARY", "1", "0 or 1 (also true/false, on/off)",
       "print a short summary on stderr when the process exits"},
@@ -501,7 +510,10 @@ std::string DescribeConfig(const Config& c) {
       "\nNANHUNT_MAX_TRACE_MB=", c.max_trace_mb,
       "\nNANHUNT_MAX_FINDINGS_PER_STEP=", c.max_findings_per_step,
       "\nNANHUNT_FOLLOW_CHILDREN=", c.follow_children ? 1 : 0,
-      "\nNANHUNT_KERNEL_NAMES=", c.kernel_names ? 1 : 0,
+      "\nNANHUNT_KERNEL_NAMES=",
+      c.kernel_names == KernelNames::kFirstWarning ? "auto"
+      : c.kernel_names == KernelNames::kAlways     ? "1"
+                                                   : "0",
       "\nNANHUNT_EXIT_SUMMARY=", c.exit_summary ? 1 : 0,
       "\nNANHUNT_QUIET=", c.quiet ? 1 : 0,
       "\nNANHUNT_ON_NONFINITE=",

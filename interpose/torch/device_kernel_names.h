@@ -1,6 +1,7 @@
-// GPU kernel names (CUPTI) in sample mode: off until the first escalation,
-// where they name the kernels of the ops the window finds. Torch-free, so
-// that sample_control.cc can ask for them.
+// GPU kernel names (CUPTI) with NANHUNT_KERNEL_NAMES=auto: off until the
+// first result near fp16's limit or non-finite, or sample mode's first
+// escalation; the findings after it name their kernels. Torch-free, so that
+// sample_control.cc can ask for them.
 #pragma once
 
 namespace nanhunt {

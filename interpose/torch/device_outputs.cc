@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
+#include "core/self_time.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/device_kernel_names.h"
 #include "interpose/torch/plugin_path.h"
@@ -77,6 +78,7 @@ double ValueOf(Format format, const CheckCounts& c) {
 }
 
 void Deliver(void* context, const CheckCounts* counts) {
+  SelfTimer timer(SelfTime::kDelivery);
   std::unique_ptr<Pending> pending(static_cast<Pending*>(context));
   if (!MonitoringActive() || g_late == nullptr) return;
   try {
@@ -97,7 +99,7 @@ void StartKernelNames(CudaLibrary& l, Session& session) {
   absl::MutexLock lock(&l.names_mu);
   if (l.names_tried.exchange(true)) return;
   char why[256] = {};
-  if (!session.config().kernel_names) {
+  if (session.config().kernel_names == KernelNames::kOff) {
     l.kernel_names_off = "NANHUNT_KERNEL_NAMES=0 (CUPTI left to other tools)";
   } else if (l.cupti_start == nullptr || !l.kernels_mark || !l.kernels_since ||
              !l.kernels_forget || !l.kernel_launches) {
@@ -109,7 +111,7 @@ void StartKernelNames(CudaLibrary& l, Session& session) {
   }
   if (!l.kernel_names_off.empty()) {
     // Said once; checks go on without names.
-    if (!session.config().quiet && session.config().kernel_names) {
+    if (!session.config().quiet && session.config().kernel_names != KernelNames::kOff) {
       fprintf(stderr, "nanhunt: no GPU kernel names: %s\n", l.kernel_names_off.c_str());
     }
   } else {
@@ -148,14 +150,16 @@ CudaLibrary& Library(Session& session) {
     l->kernels_since = reinterpret_cast<decltype(l->kernels_since)>(dlsym(handle, "nanhunt_kernels_since"));
     l->kernels_forget = reinterpret_cast<decltype(l->kernels_forget)>(dlsym(handle, "nanhunt_kernels_forget"));
     l->kernel_launches = reinterpret_cast<decltype(l->kernel_launches)>(dlsym(handle, "nanhunt_kernel_launches"));
-    if (session.sampler() == nullptr || g_names_wanted.load()) {
+    if (session.config().kernel_names != KernelNames::kFirstWarning || g_names_wanted.load()) {
       StartKernelNames(*l, session);
     } else {
-      // Sample mode names kernels from its first escalation on: CUPTI's
-      // callback on every launch of every unchecked op would cost more
-      // than the sampled checks themselves.
+      // CUPTI's callback on every launch costs more than many checks: names
+      // start with the first result near the limit or non-finite (or
+      // sample mode's first escalation), and the findings after it have them.
       absl::MutexLock lock(&l->names_mu);
-      l->kernel_names_off = "sample mode starts them at its first escalation";
+      l->kernel_names_off = session.sampler() == nullptr
+                                ? "auto: no result came near fp16's limit or non-finite"
+                                : "auto: sample mode did not escalate";
     }
     g_late = new LateOps(&session.monitor(), &StorageStateOf, &RememberStorage);
     if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
@@ -217,6 +221,7 @@ NanhuntDeviceTensor Describe(const at::Tensor& t, Format format) {
 bool EnqueueOnStream(const CudaLibrary& lib, c10::Device device,
                      const NanhuntDeviceTensor* described, void* const* contexts, int n,
                      std::string* error) {
+  SelfTimer timer(SelfTime::kEnqueue);
   void* stream = nullptr;  // also the default stream's handle
   if (!torch_compat::CurrentStreamHandle(device, &stream, error)) return false;
   char text[256] = {};

@@ -22,6 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "core/op_policy.h"
+#include "core/self_time.h"
+#include "interpose/torch/device_kernel_names.h"
 #include "interpose/torch/device_outputs.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/fp32_fallback.h"
@@ -51,6 +53,7 @@ struct Frame {
   uint64_t id = 0;  // unique per op call (late results name their parent)
   size_t kernel_mark = 0;  // the thread's GPU kernel launches at its start
   int64_t start_cost_ns = 0;  // NANHUNT_BUDGET: what its start callback took
+  bool self_timed = false;    // one of the ops core/self_time.h times
   FrameKind kind = FrameKind::kOther;
   const char* name = nullptr;
   const char* forward_op = nullptr;  // backward nodes
@@ -177,6 +180,7 @@ void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict)
 void OnLateVerdict(const LateOp& op, Verdict verdict) {
   Session* session = Session::Get();
   if (session == nullptr) return;
+  if (verdict != Verdict::kClean && verdict != Verdict::kMasked) NameKernelsFromNowOn();
   EscalateOnVerdict(*session, op.op, verdict);
   LiveSettings& live = session->live();
   bool fp16 = false;
@@ -609,7 +613,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           break;
         }
         f.kind = FrameKind::kOp;
-        const int64_t start_t0 = BudgetOn() ? NowNs() : 0;
+        f.self_timed = SelfTime::TimeThisOne(SelfTime::kOp);
+        const bool timed = f.self_timed || BudgetOn();
+        const int64_t start_t0 = timed ? NowNs() : 0;
         f.cache_mark = CacheMark();
         f.kernel_mark = DeviceKernelMark();
         f.autocast_on = at::autocast::is_autocast_enabled(at::kCPU) ||
@@ -631,7 +637,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
                                         Session::Get()->monitor().limits());
           ts.busy = false;
         }
-        f.start_cost_ns = BudgetOn() ? NowNs() - start_t0 : 0;
+        f.start_cost_ns = timed ? NowNs() - start_t0 : 0;
       }
     }
   } catch (const std::exception& e) {
@@ -658,9 +664,13 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
           UpdateObservation(*Session::Get());
           break;
         case FrameKind::kOp: {
-          const int64_t t0 = BudgetOn() ? NowNs() : 0;
+          const bool self_timed = ts.frames[index].self_timed;
+          const bool timed = self_timed || BudgetOn();
+          const int64_t t0 = timed ? NowNs() : 0;
           OpEnded(fn, ts, index);
-          if (BudgetOn()) AddCheckTime(NowNs() - t0 + ts.frames[index].start_cost_ns);
+          const int64_t cost = timed ? NowNs() - t0 + ts.frames[index].start_cost_ns : 0;
+          if (BudgetOn()) AddCheckTime(cost);
+          if (self_timed) GlobalSelfTime().Add(SelfTime::kOp, cost);
           bool top_level = true;
           for (int i = 0; i < index && top_level; ++i) {
             top_level = ts.frames[i].kind != FrameKind::kOp;
@@ -820,6 +830,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         w.PutMeta("optimizer_steps_in_graph_capture",
                   absl::StrCat(g_steps_in_capture.load()));
       }
+      for (const auto& [key, value] : GlobalSelfTime().MetaRows()) w.PutMeta(key, value);
       const ScanTotals totals = GetScanTotals();
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));

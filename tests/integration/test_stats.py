@@ -21,3 +21,20 @@ def test_recorded_max_abs_per_op_equals_what_python_computed(out):
     (kind, op) = db.execute(
         "SELECT kind, op FROM findings WHERE kind = 'origin'").fetchone()
     assert op == "aten::_to_copy"
+
+
+def test_the_trace_says_what_nanhunt_cost_the_host_per_op(out, tmp_path):
+    # 64 x 100 additions and nothing else of note: the sampled count of ops
+    # (one in 64 timed, scaled back up) must land on it, and a time per op
+    # must be there. No GPU: nothing about enqueues is claimed.
+    script = tmp_path / "adds.py"
+    # (With a Python scalar, add would run four more ops to make it a tensor.)
+    script.write_text("import torch\nx, y = torch.ones(8), torch.ones(8)\n"
+                      "for _ in range(6400):\n    x = torch.add(x, y)\n")
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    [trace] = out.glob("*.sqlite")
+    meta = dict(sqlite3.connect(trace).execute("SELECT key, value FROM meta"))
+    assert 6400 <= int(meta["ops_observed"]) <= 6400 + 2 * 64, meta["ops_observed"]
+    assert 0 < float(meta["host_us_per_op"]) < 1000
+    assert "host_us_per_enqueue" not in meta and "delivery_seconds" not in meta

@@ -145,18 +145,26 @@ TEST(Config, SkipNonFiniteStepsIsABoolean) {
 }
 
 TEST(Config, KernelNamesCanLeaveCuptiToOtherTools) {
-  auto on = Load({});
-  ASSERT_TRUE(on.ok());
-  EXPECT_TRUE(on->kernel_names);
+  auto fallback = Load({});
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ(fallback->kernel_names, KernelNames::kFirstWarning);
+  EXPECT_NE(DescribeConfig(*fallback).find("NANHUNT_KERNEL_NAMES=auto"), std::string::npos);
   auto off = Load({{"NANHUNT_KERNEL_NAMES", "off"}});
   ASSERT_TRUE(off.ok()) << off.status();
-  EXPECT_FALSE(off->kernel_names);
+  EXPECT_EQ(off->kernel_names, KernelNames::kOff);
   EXPECT_NE(DescribeConfig(*off).find("NANHUNT_KERNEL_NAMES=0"), std::string::npos);
+  auto always = Load({{"NANHUNT_KERNEL_NAMES", "1"}});
+  ASSERT_TRUE(always.ok()) << always.status();
+  EXPECT_EQ(always->kernel_names, KernelNames::kAlways);
+  EXPECT_NE(DescribeConfig(*always).find("NANHUNT_KERNEL_NAMES=1"), std::string::npos);
+  auto automatic = Load({{"NANHUNT_KERNEL_NAMES", "AUTO"}});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->kernel_names, KernelNames::kFirstWarning);
   auto bad = Load({{"NANHUNT_KERNEL_NAMES", "some"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "NANHUNT_KERNEL_NAMES='some' is not valid; allowed: "
-            "0 or 1 (also true/false, on/off)");
+            "auto, 1 or 0 (also true/false, on/off)");
 }
 
 TEST(Config, MissingFileIsAnError) {
