@@ -31,14 +31,39 @@ def trace_meta(out):
         db.close()
 
 
-# Monitored modes; "-no-names" leaves CUPTI alone (NANHUNT_KERNEL_NAMES=0),
-# which tells what the kernel names cost.
-MONITORED = ("nanhunt", "sample", "nanhunt-no-names", "sample-no-names")
+# Monitored modes. By default (NANHUNT_KERNEL_NAMES=auto) a healthy run
+# never subscribes to CUPTI; "-names" subscribes from the first GPU op
+# (NANHUNT_KERNEL_NAMES=1): what a run pays once something came near the
+# limit.
+MONITORED = ("nanhunt", "sample", "nanhunt-names", "sample-names")
 LABELS = [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
-          ("nanhunt-no-names", "  the same, no kernel names"),
+          ("nanhunt-names", "  the same, kernel names on"),
           ("sample", "nanhunt sample (1% of ops)"),
-          ("sample-no-names", "  the same, no kernel names"),
+          ("sample-names", "  the same, kernel names on"),
           ("anomaly", "set_detect_anomaly(True)")]
+
+
+def print_trace_figures(meta, steps):
+    """What a monitored run did (a fast run that checked nothing would be no
+    figure) and nanhunt's own host time a step (core/self_time.h)."""
+    ops = float(meta.get("ops_observed", "nan")) / steps
+    per_op = float(meta.get("host_us_per_op", "nan"))
+    host = (f"host, a step: {ops:.0f} ops at {per_op:.2f} us in nanhunt's callbacks = "
+            f"{ops * per_op / 1000:.2f} ms")
+    if "device_checks" not in meta:
+        print(f"{'':<4}no GPU check enqueued, unchecked outputs "
+              f"{meta.get('outputs_unchecked', '?')}; {host}")
+        return
+    names = ("off: " + meta["kernel_names_off"] if "kernel_names_off" in meta
+             else f"on, {meta.get('kernel_launches', '?')} launches seen")
+    print(f"{'':<4}GPU checks {meta['device_checks']}, unchecked outputs "
+          f"{meta.get('outputs_unchecked', '?')}, ring waits "
+          f"{meta.get('check_ring_waits', '?')}, kernel names {names}, GradScaler "
+          f"updates recorded {meta['loss_scale_rows']} of {steps}")
+    print(f"{'':<4}{host}; {float(meta['device_checks']) / steps:.0f} outputs checked, "
+          f"{meta.get('host_us_per_enqueue', '?')} us an enqueue (one tensor or a batch), "
+          f"results delivered in "
+          f"{float(meta.get('delivery_seconds', 'nan')) * 1000 / steps:.2f} ms")
 
 
 def run(mode, args, out):
@@ -50,8 +75,8 @@ def run(mode, args, out):
     if mode in MONITORED:
         env.update(LD_PRELOAD=str(Path(args.build) / "lib" / "libnanhunt.so"),
                    NANHUNT_OUT=out, NANHUNT_QUIET="1", NANHUNT_EXIT_SUMMARY="0")
-    if mode.endswith("-no-names"):
-        env.update(NANHUNT_KERNEL_NAMES="0")
+    if mode.endswith("-names"):
+        env.update(NANHUNT_KERNEL_NAMES="1")
     if mode.startswith("sample"):
         env.update(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
                    NANHUNT_SAMPLE_STEPS="0")
@@ -98,29 +123,8 @@ def main():
             r = med[m]
             print(f"{label:<28}{r['step_ms']:>10.2f}{r['step_ms'] / med['plain']['step_ms']:>9.2f}x"
                   f"{r['fb_gpu_ms']:>13.2f} / {r['fb_host_ms']:.2f}")
-            if m in ("nanhunt", "sample"):
-                # A fast monitored run that checked nothing would be no figure.
-                meta = trace_meta(os.path.join(out, m))
-                unchecked = meta.get("outputs_unchecked", "?")
-                if "device_checks" not in meta:
-                    print(f"{'':<4}no GPU check enqueued; unchecked outputs {unchecked}")
-                    continue
-                names = ("off: " + meta["kernel_names_off"] if "kernel_names_off" in meta
-                         else f"on, {meta.get('kernel_launches', '?')} launches seen")
-                print(f"{'':<4}GPU checks {meta['device_checks']}, unchecked outputs "
-                      f"{unchecked}, ring waits {meta.get('check_ring_waits', '?')}, "
-                      f"kernel names {names}, GradScaler updates recorded "
-                      f"{meta['loss_scale_rows']} of {args.steps + 3}")
-                # nanhunt's own host time (core/self_time.h), per step.
-                steps = args.steps + 3
-                ops = float(meta.get("ops_observed", "nan")) / steps
-                per_op = float(meta.get("host_us_per_op", "nan"))
-                checks = float(meta["device_checks"]) / steps
-                print(f"{'':<4}host, a step: {ops:.0f} ops at {per_op:.2f} us in nanhunt's "
-                      f"callbacks = {ops * per_op / 1000:.2f} ms; {checks:.0f} outputs checked, "
-                      f"{meta.get('host_us_per_enqueue', '?')} us an enqueue (one tensor or "
-                      f"a batch); results delivered in "
-                      f"{float(meta.get('delivery_seconds', 'nan')) * 1000 / steps:.2f} ms")
+            if m in MONITORED:
+                print_trace_figures(trace_meta(os.path.join(out, m)), args.steps + 3)
 
 
 if __name__ == "__main__":

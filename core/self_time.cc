@@ -14,8 +14,10 @@ int64_t SelfTime::NowNs() {
 }
 
 bool SelfTime::TimeThisOne(Kind kind) {
+  // The 64th, 128th...: not a thread's first, which pays one-time set-up
+  // (loading the GPU library, installing hooks) and would skew a small sample.
   thread_local uint64_t counts[kKinds] = {};
-  return counts[kind]++ % kEvery == 0;
+  return ++counts[kind] % kEvery == 0;
 }
 
 void SelfTime::Add(Kind kind, int64_t ns) {
