@@ -303,6 +303,17 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       int64_t n = 0;
       if (absl::SimpleAtoi(it->second, &n)) s.bf16_switches += n;
     }
+    int64_t observed = 0;
+    double per_op = 0;
+    if (auto o = t.meta.find("ops_observed"), u = t.meta.find("host_us_per_op");
+        o != t.meta.end() && u != t.meta.end() && absl::SimpleAtoi(o->second, &observed) &&
+        absl::SimpleAtod(u->second, &per_op) && observed > 0) {
+      // A mean over all traces, each weighted by its ops.
+      s.host_us_per_op = (s.host_us_per_op * static_cast<double>(s.ops_observed) +
+                          per_op * static_cast<double>(observed)) /
+                         static_cast<double>(s.ops_observed + observed);
+      s.ops_observed += observed;
+    }
     if (s.nanhunt_skips.empty()) s.nanhunt_skips = t.skips;  // ranks agree
     if (auto it = t.meta.find("op_sampling"); it != t.meta.end()) {
       if (s.op_sampling.empty() || it->second == "torch") s.op_sampling = it->second;
@@ -371,6 +382,17 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                                      : Wrap(absl::StrJoin(s.settings, "  "), w - 11,
                                             "           "),
                   "\n");
+  if (s.ops_observed > 0) {
+    // What monitoring cost the training's host threads, for a production
+    // run's budget (GPU checks run on the device besides).
+    absl::StrAppend(&out, "  cost:    ",
+                    Fit(absl::StrFormat("%.1f us of host time an op in nanhunt's callbacks, "
+                                        "%d ops (%.2f s)",
+                                        s.host_us_per_op, s.ops_observed,
+                                        s.host_us_per_op * s.ops_observed / 1e6),
+                        w - 11),
+                    "\n");
+  }
 
   const Diagnosis diagnosis = Diagnose(s);
   const std::string& tone = diagnosis.kind == "healthy" ? yellow : red;
@@ -803,6 +825,10 @@ std::string RenderJson(const RunSummary& s) {
     j.EndArray();
     j.EndObject();
   }
+  j.Key("cost").BeginObject();  // nanhunt's own host time
+  j.Key("ops_observed").Int(s.ops_observed);
+  j.Key("host_us_per_op").Number(s.host_us_per_op);
+  j.EndObject();
   j.Key("skipped_fraction");
   if (s.loss_scale.empty()) {
     j.Null();

@@ -47,6 +47,10 @@ struct RunSummary {
   // them): counted in op_stats, never findings.
   std::vector<std::string> mask_ops;
   int64_t bf16_switches = 0;              // autocast regions run in bf16
+  // nanhunt's own host time (meta host_us_per_op, ops_observed; sampled):
+  // ops its callbacks saw, over all traces, and their mean cost.
+  int64_t ops_observed = 0;
+  double host_us_per_op = 0;
   std::vector<SkipRow> nanhunt_skips;     // NANHUNT_SKIP_NONFINITE_STEPS
   // NANHUNT_MODE=sample: how op calls were sampled ("torch", "hash"; empty
   // in check mode), how many were checked, and each escalation with the

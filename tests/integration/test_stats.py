@@ -2,7 +2,9 @@
 import json
 import sqlite3
 
-from conftest import PYTHON, SCRIPTS, preload_run
+import pytest
+
+from conftest import NANHUNT, PYTHON, SCRIPTS, preload_run, run, view_json
 
 
 def test_recorded_max_abs_per_op_equals_what_python_computed(out):
@@ -38,3 +40,9 @@ def test_the_trace_says_what_nanhunt_cost_the_host_per_op(out, tmp_path):
     assert 6400 <= int(meta["ops_observed"]) <= 6400 + 2 * 64, meta["ops_observed"]
     assert 0 < float(meta["host_us_per_op"]) < 1000
     assert "host_us_per_enqueue" not in meta and "delivery_seconds" not in meta
+    # The view says it too, for a production run's budget.
+    cost = view_json(out)["cost"]
+    assert cost["ops_observed"] == int(meta["ops_observed"])
+    assert cost["host_us_per_op"] == pytest.approx(float(meta["host_us_per_op"]), abs=0.01)
+    text = run([NANHUNT, "view", out]).stdout
+    assert f"an op in nanhunt's callbacks, {meta['ops_observed']} ops" in text
