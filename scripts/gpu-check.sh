@@ -57,7 +57,7 @@ if [[ -n $bench_modes ]]; then
   exit
 fi
 cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests \
-  nanhunt_cuda_api_test nanhunt_kernel_names_test "${keep_going[@]}"
+  nanhunt_cuda_api_test nanhunt_kernel_names_test mutex_cost "${keep_going[@]}"
 
 echo "== GPU tests"
 "$build"/bin/nanhunt_gpu_tests --gtest_brief=1 || failed+=("GPU tests")
@@ -68,6 +68,8 @@ echo "== unit tests (CPU)"
 "$build"/bin/nanhunt_unit_tests --gtest_brief=1 || failed+=("unit tests")
 echo "== check kernel benchmark"
 "$build"/bin/gpu_check_bandwidth | tee "$build"/bandwidth.txt || failed+=("kernel benchmark")
+echo "== what a lock costs in this machine's abseil (nanhunt's plugin turns deadlock detection off)"
+"$build"/bin/mutex_cost | tee "$build"/mutex-cost.txt || failed+=("mutex cost")
 
 echo "== the demo on CUDA, fp16 autocast, under nanhunt"
 if ! cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda \

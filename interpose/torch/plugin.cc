@@ -772,6 +772,11 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_st
 // Entry point called by libnanhunt.so right after loading this plugin.
 extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
   using namespace nanhunt;
+  // Debian's abseil is built with deadlock detection on: every Mutex lock
+  // goes through one process-wide lock graph (3-4x the cost of a lock two
+  // threads share: the op's thread and the drain thread), and a lock order
+  // it suspects aborts the process. Neither belongs in someone's training.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   try {
     auto session = Session::Start(torch_compat::TorchVersion());
     if (!session.ok()) {
