@@ -1,7 +1,16 @@
 # DataLoader with two forked workers: they run ops (collation) too, and must
 # neither crash nor write into the parent's trace.
+import faulthandler
+
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+
+# This script has hung twice past the test's 300 s (once while two suites
+# shared the machine, once in a fresh-clone CI run, after printing "worker
+# exit code"), and in none of the runs made to reproduce it. Should it hang
+# again, every thread's Python stack goes to stderr and the run ends, so
+# the test's failure says where.
+faulthandler.dump_traceback_later(120, exit=True)
 
 torch.manual_seed(0)
 ds = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
