@@ -5,11 +5,8 @@ import faulthandler
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-# This script has hung twice past the test's 300 s (once while two suites
-# shared the machine, once in a fresh-clone CI run, after printing "worker
-# exit code"), and in none of the runs made to reproduce it. Should it hang
-# again, every thread's Python stack goes to stderr and the run ends, so
-# the test's failure says where.
+# Should this script hang, every thread's Python stack goes to stderr and
+# the run ends, so the test's failure says where (see the kill below).
 faulthandler.dump_traceback_later(120, exit=True)
 
 torch.manual_seed(0)
@@ -29,11 +26,21 @@ print("done", loss.item())
 # shutdown) must take only itself down. (Here torch's worker already handles
 # SIGTERM itself, so this run did not reproduce the hazard that made forked
 # children drop nanhunt's handlers; it guards the scenario, not that fix.)
+#
+# Killed only once it is idle: a worker that dies inside
+# `done_event.is_set()`, which it calls for every index it receives, keeps
+# the lock of that cross-process Event, and the parent's shutdown then waits
+# on `done_event.set()` forever. That is torch's race, not nanhunt's, but it
+# hung this script twice past the test's 300 s (after "worker exit code",
+# in `del it`). Idle, the worker waits in `index_queue.get`, whose lock the
+# parent never takes.
 import os
 import signal
+import time
 
 it = iter(DataLoader(ds, batch_size=32, num_workers=1))
 next(it)
+time.sleep(1)  # the prefetched batches (milliseconds of work) are done
 worker = it._workers[0]
 os.kill(worker.pid, signal.SIGTERM)
 worker.join(timeout=10)
