@@ -70,6 +70,7 @@ def test_report_opens_offline_with_every_chart_drawn(script, charts, out):
     assert charts <= set(got), got
     assert all(n > 0 for n in got.values()), got
     assert shot.exists() and shot.stat().st_size > 10000
+    assert "nanhunt's cost: " in dom and " us of host time an op, " in dom
     if script == DEMO:
         assert "aten::bmm (in aten::matmul)" in dom
         assert "Forward overflow: aten::matmul" in dom
