@@ -294,7 +294,7 @@ void WatchLossScale(ThreadState& ts) {
     done.store(true);
     return;
   }
-  const int64_t now = NowNs();
+  const int64_t now = SelfTime::NowNs();
   if (now - last_try.load(std::memory_order_relaxed) < 1'000'000) return;
   last_try.store(now, std::memory_order_relaxed);
   tries.fetch_add(1, std::memory_order_relaxed);
@@ -615,7 +615,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.kind = FrameKind::kOp;
         f.self_timed = SelfTime::TimeThisOne(SelfTime::kOp);
         const bool timed = f.self_timed || BudgetOn();
-        const int64_t start_t0 = timed ? NowNs() : 0;
+        const int64_t start_t0 = timed ? SelfTime::NowNs() : 0;
         f.cache_mark = CacheMark();
         f.kernel_mark = DeviceKernelMark();
         f.autocast_on = at::autocast::is_autocast_enabled(at::kCPU) ||
@@ -637,7 +637,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
                                         Session::Get()->monitor().limits());
           ts.busy = false;
         }
-        f.start_cost_ns = timed ? NowNs() - start_t0 : 0;
+        f.start_cost_ns = timed ? SelfTime::NowNs() - start_t0 : 0;
       }
     }
   } catch (const std::exception& e) {
@@ -666,9 +666,9 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
         case FrameKind::kOp: {
           const bool self_timed = ts.frames[index].self_timed;
           const bool timed = self_timed || BudgetOn();
-          const int64_t t0 = timed ? NowNs() : 0;
+          const int64_t t0 = timed ? SelfTime::NowNs() : 0;
           OpEnded(fn, ts, index);
-          const int64_t cost = timed ? NowNs() - t0 + ts.frames[index].start_cost_ns : 0;
+          const int64_t cost = timed ? SelfTime::NowNs() - t0 + ts.frames[index].start_cost_ns : 0;
           if (BudgetOn()) AddCheckTime(cost);
           if (self_timed) GlobalSelfTime().Add(SelfTime::kOp, cost);
           bool top_level = true;

@@ -1,7 +1,6 @@
 #include "interpose/torch/sample_control.h"
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -11,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/budget.h"
 #include "core/sampler.h"
+#include "core/self_time.h"
 #include "interpose/torch/device_kernel_names.h"
 #include "interpose/torch/observation.h"
 #include "interpose/torch/session.h"
@@ -58,12 +58,6 @@ void EscalateSampling(Session& session, const std::string& why, int64_t step) {
   if (!session.config().quiet) fprintf(stderr, "nanhunt: sample mode: %s\n", detail.c_str());
 }
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 void StartBudget(double budget) {
   g_budget.store(new BudgetController(budget));  // leaked, like the session
 }
@@ -81,7 +75,7 @@ void SpendBudget(Session& session) {
   Sampler* sampler = session.sampler();
   BudgetController* budget = g_budget.load(std::memory_order_relaxed);
   if (budget == nullptr || sampler == nullptr) return;
-  const int64_t now = NowNs();
+  const int64_t now = SelfTime::NowNs();
   const int64_t started = g_step_started_ns.exchange(now);
   const int64_t spent = g_check_ns.exchange(0);
   if (started == 0) return;

@@ -33,10 +33,9 @@ bool Sampled(Session& session, const char* name);
 bool OthersUnchecked(Session& session);
 
 // NANHUNT_BUDGET: started once at start when configured; the plugin adds
-// the time its callbacks took (NowNs, a steady clock) while it is on.
+// the time its callbacks took (SelfTime::NowNs, a steady clock) while it is on.
 void StartBudget(double budget);
 bool BudgetOn();
-int64_t NowNs();
 void AddCheckTime(int64_t ns);
 
 // For the trace's metadata: op calls seen (hash sampling) and checked, and
