@@ -195,6 +195,17 @@ const Setting kSettings[] = {
        c.kernel_names = on ? KernelNames::kAlways : KernelNames::kOff;
        return absl::OkStatus();
      }},
+    {{"NANHUNT_GPU_BATCH", "1", "an integer in [1, 32]",
+      "on a GPU, how many op outputs one batch of checks covers: 1 checks "
+      "each op's outputs right after the op; more holds outputs back (alive) "
+      "until that many wait, 64 MiB of them, an op writes a tensor or "
+      "changes stream, then checks them with one launch per dtype: less host "
+      "time a check, results a few ops later. Right only when every write to "
+      "a GPU tensor goes through torch's operators: not with torch.compile, "
+      "apex, or extensions that launch their own kernels"},
+     [](absl::string_view v, Config& c) {
+       return ApplyNumber("NANHUNT_GPU_BATCH", v, 1, 32, c.gpu_batch);
+     }},
     {{"NANHUNT_EXIT_SUMMARY", "1", "0 or 1 (also true/false, on/off)",
       "print a short summary on stderr when the process exits"},
      [](absl::string_view v, Config& c) {
@@ -514,6 +525,7 @@ std::string DescribeConfig(const Config& c) {
       c.kernel_names == KernelNames::kFirstWarning ? "auto"
       : c.kernel_names == KernelNames::kAlways     ? "1"
                                                    : "0",
+      c.gpu_batch > 1 ? absl::StrCat("\nNANHUNT_GPU_BATCH=", c.gpu_batch) : "",
       "\nNANHUNT_EXIT_SUMMARY=", c.exit_summary ? 1 : 0,
       "\nNANHUNT_QUIET=", c.quiet ? 1 : 0,
       "\nNANHUNT_ON_NONFINITE=",

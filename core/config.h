@@ -36,6 +36,9 @@ struct Config {
   int max_findings_per_step = 50;
   bool follow_children = true;
   KernelNames kernel_names = KernelNames::kFirstWarning;
+  // NANHUNT_GPU_BATCH: GPU outputs checked together across ops, up to this
+  // many per batch; 1 holds nothing back (core/check_batches.h).
+  int gpu_batch = 1;
   bool exit_summary = true;
   bool quiet = false;
   OnNonFinite on_nonfinite = OnNonFinite::kContinue;

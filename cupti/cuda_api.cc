@@ -154,6 +154,10 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue_many(
   DeviceTensor batch[kMaxBatch];
   std::vector<std::shared_ptr<void>> handles;
   for (int i = 0; i < n; ++i) {
+    if (tensors[i].dense == 0 && (tensors[i].dims < 0 || tensors[i].dims > kMaxDims)) {
+      Fail(error, error_len, "a strided view of more than 8 dimensions");
+      return 1;
+    }
     batch[i] = FromC(tensors[i]);
     handles.push_back(Handle(contexts[i]));
   }
@@ -165,6 +169,36 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_enqueue_many(
                                                                          *g_limits, stream, why);
                                             });
                  });
+}
+
+extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_stream_takes_checks(
+    int device, void* stream, char* error, int error_len) {
+  std::string why;
+  if (StreamTakesChecks(device, stream, &why)) return 1;
+  Fail(error, error_len, why);
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) int
+nanhunt_cuda_capture_forbids_legacy_stream(int device, void* stream) {
+  return CaptureForbidsLegacyStream(device, stream) ? 1 : 0;
+}
+
+extern "C" __attribute__((visibility("default"))) int nanhunt_cuda_order_after(
+    int device, void* checked_stream, void* waiting_stream, char* error, int error_len) {
+  std::string why;
+  CudaChecks* checks = nullptr;
+  {
+    absl::MutexLock lock(&g_mu);
+    auto it = g_devices->find(device);
+    if (it != g_devices->end()) checks = it->second.checks.get();
+  }
+  // No checks on this device yet: nothing to wait for.
+  if (checks == nullptr || checks->OrderAfterChecks(checked_stream, waiting_stream, &why)) {
+    return 0;
+  }
+  Fail(error, error_len, why);
+  return 1;
 }
 
 extern "C" __attribute__((visibility("default"))) void nanhunt_cuda_drain(void) {

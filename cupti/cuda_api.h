@@ -40,12 +40,28 @@ int nanhunt_cuda_enqueue(int device, void* stream,
 // The most tensors nanhunt_cuda_enqueue_many takes (cupti/check_kernel.h).
 enum { NANHUNT_MAX_BATCH = 32 };
 
-// The same for `n` (1 to 32) dense tensors of one format with one kernel
-// launch, each delivered with its own context (in order). All or nothing:
-// on failure every context stays the caller's.
+// The same for `n` (1 to 32) tensors with one kernel launch per format
+// among the dense ones (one per strided one) and one event, each delivered
+// with its own context (in order). All or nothing: on failure every
+// context stays the caller's.
 int nanhunt_cuda_enqueue_many(int device, void* stream,
                               const NanhuntDeviceTensor* tensors, int n,
                               void* const* contexts, char* error, int error_len);
+
+// 1 when a check may be enqueued on `stream` now (not capturing a CUDA
+// graph); 0 with `error` saying why. Asked before a check is held back
+// for a later batch (NANHUNT_GPU_BATCH).
+int nanhunt_cuda_stream_takes_checks(int device, void* stream, char* error,
+                                     int error_len);
+
+// 1 when `stream` captures a graph and is not non-blocking: work on the
+// legacy default stream now would end its capture (CUDA's rule).
+int nanhunt_cuda_capture_forbids_legacy_stream(int device, void* stream);
+
+// Makes `waiting_stream` wait, on the device, for what `checked_stream`
+// holds so far (checks enqueued late included). 0 on success.
+int nanhunt_cuda_order_after(int device, void* checked_stream, void* waiting_stream,
+                             char* error, int error_len);
 
 // Delivers everything enqueued so far (waits for the GPU): at exit.
 void nanhunt_cuda_drain(void);

@@ -83,6 +83,18 @@ bool StreamTakesChecks(int device, void* stream, std::string* error) {
   return NotCapturing(static_cast<cudaStream_t>(stream), error);
 }
 
+bool CaptureForbidsLegacyStream(int device, void* stream) {
+  DeviceScope scope(device);
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  unsigned int flags = 0;
+  if (scope.status() != cudaSuccess || cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
+    return true;  // cannot tell: do not risk the capture
+  }
+  if (capture == cudaStreamCaptureStatusNone) return false;
+  return cudaStreamGetFlags(s, &flags) != cudaSuccess || (flags & cudaStreamNonBlocking) == 0;
+}
+
 CudaChecks::CudaChecks(int device, int slots) : device_(device), slots_(slots) {}
 
 std::unique_ptr<CudaChecks> CudaChecks::Create(int device, int slots,
@@ -178,29 +190,69 @@ bool CudaChecks::EnqueueBatch(const int* slots, const DeviceTensor* tensors, int
     if (error != nullptr) *error = "a batch of checks holds 1 to 32 tensors";
     return false;
   }
-  BatchItem items[kMaxBatch];
-  for (int i = 0; i < n; ++i) {
-    if (!tensors[i].dense || tensors[i].format != tensors[0].format) {
-      if (error != nullptr) *error = "a batch of checks takes dense tensors of one format";
-      return false;
-    }
-    items[i].data = tensors[i].data;
-    items[i].count = tensors[i].count;
-    items[i].result = device_slots_ + slots[i];
-    items[i].final_copy.blocks_done = blocks_done_ + slots[i];
-    items[i].final_copy.host = host_slots_on_device_ + slots[i];
-  }
   auto s = static_cast<cudaStream_t>(stream);
   DeviceScope scope(device_);
   if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
   if (!NotCapturing(s, error)) return false;
-  if (!Ok(static_cast<cudaError_t>(LaunchCheckBatch(tensors[0].format, items, n, limits, s)),
-          "check kernel launch", error)) {
-    return false;
+  // One launch per format among the dense tensors (an op's list of outputs
+  // has one; NANHUNT_GPU_BATCH's batches under autocast, fp16 and fp32),
+  // one per strided tensor. All on `s`: the event after the last launch
+  // marks every slot of the batch finished.
+  bool done[kMaxBatch] = {};
+  for (int i = 0; i < n; ++i) {
+    if (done[i]) continue;
+    FinalCopy copy;
+    copy.blocks_done = blocks_done_ + slots[i];
+    copy.host = host_slots_on_device_ + slots[i];
+    if (!tensors[i].dense) {
+      done[i] = true;
+      const int launch = LaunchCheckStrided(tensors[i].format, tensors[i].data,
+                                            tensors[i].layout, limits,
+                                            device_slots_ + slots[i], s, &copy);
+      if (!Ok(static_cast<cudaError_t>(launch), "check kernel launch", error)) return false;
+      continue;
+    }
+    BatchItem items[kMaxBatch];
+    int count = 0;
+    for (int j = i; j < n; ++j) {
+      if (done[j] || !tensors[j].dense || tensors[j].format != tensors[i].format) continue;
+      done[j] = true;
+      items[count].data = tensors[j].data;
+      items[count].count = tensors[j].count;
+      items[count].result = device_slots_ + slots[j];
+      items[count].final_copy.blocks_done = blocks_done_ + slots[j];
+      items[count].final_copy.host = host_slots_on_device_ + slots[j];
+      ++count;
+    }
+    if (!Ok(static_cast<cudaError_t>(LaunchCheckBatch(tensors[i].format, items, count,
+                                                      limits, s)),
+            "check kernel launch", error)) {
+      return false;
+    }
   }
   const int last = slots[n - 1];
   for (int i = 0; i < n; ++i) event_of_[slots[i]] = last;
   return Ok(cudaEventRecord(Event(events_, last), s), "cudaEventRecord", error);
+}
+
+bool CudaChecks::OrderAfterChecks(void* checked_stream, void* waiting_stream,
+                                  std::string* error) {
+  DeviceScope scope(device_);
+  if (!Ok(scope.status(), "cudaSetDevice", error)) return false;
+  auto waiting = static_cast<cudaStream_t>(waiting_stream);
+  if (!NotCapturing(waiting, error)) return false;
+  cudaEvent_t e;
+  if (!Ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", error)) {
+    return false;
+  }
+  // Destroying the event right after the wait is enqueued is allowed: CUDA
+  // releases it once the device is done with it.
+  const bool ok =
+      Ok(cudaEventRecord(e, static_cast<cudaStream_t>(checked_stream)), "cudaEventRecord",
+         error) &&
+      Ok(cudaStreamWaitEvent(waiting, e, 0), "cudaStreamWaitEvent", error);
+  cudaEventDestroy(e);
+  return ok;
 }
 
 bool CudaChecks::Poll(int slot, CheckCounts* result) {

@@ -30,6 +30,13 @@ struct DeviceTensor {
 // a slot is taken, so that a capture never waits for the ring.
 bool StreamTakesChecks(int device, void* stream, std::string* error);
 
+// Whether `stream` (of `device`) captures a graph and was not created
+// non-blocking: then any work on the legacy default stream would join the
+// capture and end it (CUDA's rule), so checks held back there
+// (NANHUNT_GPU_BATCH) must not be enqueued now. torch's own streams are
+// non-blocking.
+bool CaptureForbidsLegacyStream(int device, void* stream);
+
 class CudaChecks final : public DeviceChecks {
  public:
   // Allocates `slots` result slots on `device`. Errors name the CUDA call.
@@ -47,11 +54,18 @@ class CudaChecks final : public DeviceChecks {
   // Poll and Wait may run while another thread captures a CUDA graph.
   bool Enqueue(int slot, const DeviceTensor& tensor, const CheckLimits& limits,
                void* stream, std::string* error);
-  // The same for `n` dense tensors of one format (at most kMaxBatch), each
-  // into its own slot, with one kernel and one event: every slot of the
-  // batch is finished when the batch's last slot's event has passed.
+  // The same for `n` tensors (at most kMaxBatch), each into its own slot,
+  // with one kernel per format among the dense ones, one per strided one,
+  // and one event: every slot of the batch is finished when the batch's
+  // last slot's event has passed.
   bool EnqueueBatch(const int* slots, const DeviceTensor* tensors, int n,
                     const CheckLimits& limits, void* stream, std::string* error);
+  // Makes `waiting_stream` wait (on the device, the host never does) for
+  // everything enqueued on `checked_stream` so far: checks enqueued there
+  // late (NANHUNT_GPU_BATCH) finish before a write that another stream
+  // makes after synchronising with the producing one. Refused while
+  // `waiting_stream` captures a graph (the wait would join the capture).
+  bool OrderAfterChecks(void* checked_stream, void* waiting_stream, std::string* error);
 
  private:
   CudaChecks(int device, int slots);

@@ -139,13 +139,56 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/graph-check.txt || { failed+=("CUDA graph capture"); tail -20 "$build"/graph.log; }
 
+echo "== checks held back for batches (NANHUNT_GPU_BATCH=32): demo, and writes after the op"
+for scenario in demo same-stream other-stream; do
+  rm -rf "$build/batch-$scenario"
+  if [[ $scenario == demo ]]; then cmd=(demo/train.py --device cuda)
+  else cmd=(tests/gpu/batched_checks.py "$scenario"); fi
+  NANHUNT_GPU_BATCH=32 "$build"/bin/nanhunt run --out "$build/batch-$scenario" -- "$python" "${cmd[@]}" \
+    > "$build/batch-$scenario.log" 2>&1 || true
+  "$build"/bin/nanhunt view --json "$build/batch-$scenario" > "$build/batch-$scenario.json" || true
+done
+("$python" - "$build" <<'PY'
+import json, sqlite3, sys
+from pathlib import Path
+build = Path(sys.argv[1])
+def origin(name):
+    try:
+        return json.load(open(build / f"{name}.json"))["first_origin"] or {}
+    except Exception as e:
+        return {"error": repr(e)}
+def meta(name):
+    trace = sorted((build / name).glob("*.sqlite"))
+    return dict(sqlite3.connect(trace[-1]).execute("SELECT key, value FROM meta")) if trace else {}
+ok = True
+# The demo: the same first origin as checked op by op, every output
+# checked (as many checks as unbatched), in fewer launches.
+plain, held = origin("demo-cuda"), origin("batch-demo")
+m, m1 = meta("batch-demo"), meta("demo-cuda")
+same = all(plain.get(k) == held.get(k) for k in ("op", "phase", "step")) and plain.get("op")
+batches = int(m.get("device_check_batches", 0))
+checks, checks1 = int(m.get("device_checks", 0)), int(m1.get("device_checks", -1))
+print(f"batched demo: first origin {held.get('op')} step {held.get('step')} (op by op: "
+      f"{plain.get('op')} step {plain.get('step')}), {checks} checks in {batches} batches "
+      f"(op by op: {checks1}): {'OK' if same and batches > 0 and checks == checks1 else 'WRONG'}")
+ok &= bool(same) and batches > 0 and checks == checks1
+for scenario in ("same-stream", "other-stream"):
+    o = origin(f"batch-{scenario}")
+    good = o.get("op") == "aten::mul_" and int(meta(f"batch-{scenario}").get("device_check_batches", 0)) > 0
+    print(f"batched, write after the op ({scenario}): first origin {o.get('op')}: "
+          f"{'OK' if good else 'WRONG (the held check saw the later write)'}")
+    ok &= good
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/batch-check.txt || { failed+=("held-back checks"); tail -5 "$build"/batch-*.log; }
+
 echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / anomaly"
 "$python" bench/gpt2_bench.py --build "$build" --rounds 2 | tee "$build"/gpt2.txt || failed+=("GPT-2 benchmark")
 
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check streams-check graph-check; do
+for part in demo-cuda-check streams-check graph-check batch-check; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done
 sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt 2>/dev/null

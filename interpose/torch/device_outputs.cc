@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "core/check_batches.h"
 #include "core/cpu_check.h"
 #include "core/self_time.h"
 #include "cupti/cuda_api.h"
@@ -35,6 +36,9 @@ struct CudaLibrary {
   decltype(&nanhunt_kernels_since) kernels_since = nullptr;
   decltype(&nanhunt_kernels_forget) kernels_forget = nullptr;
   decltype(&nanhunt_kernel_launches) kernel_launches = nullptr;
+  decltype(&nanhunt_cuda_stream_takes_checks) stream_takes_checks = nullptr;  // batching
+  decltype(&nanhunt_cuda_order_after) order_after = nullptr;                  // batching
+  decltype(&nanhunt_cuda_capture_forbids_legacy_stream) legacy_forbidden = nullptr;
   std::string unavailable;  // why not, when it did not load
   int (*cupti_start)(char*, int) = nullptr;
   // Why CUPTI gives no names, if so; changes once when sample mode starts
@@ -69,6 +73,28 @@ struct Pending {
   std::shared_ptr<ValueRead> read;
   int index;
 };
+
+// NANHUNT_GPU_BATCH (core/check_batches.h): a check held back until its
+// batch is enqueued. The tensor is held so that its memory is not reused
+// by the caching allocator before the check has read it.
+struct HeldCheck {
+  at::Tensor tensor;
+  NanhuntDeviceTensor described;
+  Pending* pending = nullptr;
+};
+// Memory a batch keeps alive at most (then it is enqueued): small outputs
+// are what batching is for; a large one's check is GPU time anyway.
+constexpr int64_t kMaxHeldBytes = int64_t{64} << 20;
+absl::Mutex g_held_mu;  // held while a batch is enqueued: rings see batches in order
+CheckBatches<HeldCheck>* g_held ABSL_GUARDED_BY(g_held_mu) = nullptr;  // batching on
+const CudaLibrary* g_held_lib = nullptr;  // set with g_held
+std::atomic<bool> g_batching{false};  // g_held was made: read on every GPU op
+std::atomic<bool> g_any_held{false};  // g_held is not empty: read on every op
+std::atomic<int64_t> g_batches{0};    // batches enqueued
+// Batches taken for enqueuing. Let go of only after g_held_mu is released:
+// a held tensor's last reference may be its Python object's, and freeing
+// that takes the GIL, which a thread waiting for g_held_mu may hold.
+using HeldFlushes = std::vector<CheckBatches<HeldCheck>::Flush>;
 
 double ValueOf(Format format, const CheckCounts& c) {
   if (c.nan != 0) return std::numeric_limits<double>::quiet_NaN();
@@ -137,6 +163,12 @@ CudaLibrary& Library(Session& session) {
         dlsym(handle, "nanhunt_cuda_enqueue_many"));
     l->drain = reinterpret_cast<decltype(l->drain)>(dlsym(handle, "nanhunt_cuda_drain"));
     l->waits = reinterpret_cast<decltype(l->waits)>(dlsym(handle, "nanhunt_cuda_waits"));
+    l->stream_takes_checks = reinterpret_cast<decltype(l->stream_takes_checks)>(
+        dlsym(handle, "nanhunt_cuda_stream_takes_checks"));
+    l->order_after =
+        reinterpret_cast<decltype(l->order_after)>(dlsym(handle, "nanhunt_cuda_order_after"));
+    l->legacy_forbidden = reinterpret_cast<decltype(l->legacy_forbidden)>(
+        dlsym(handle, "nanhunt_cuda_capture_forbids_legacy_stream"));
     char error[256] = {};
     if (!l->start || !l->enqueue || !l->drain || !l->waits) {
       l->unavailable = absl::StrCat(path, " lacks nanhunt_cuda_* symbols");
@@ -160,6 +192,13 @@ CudaLibrary& Library(Session& session) {
       l->kernel_names_off = session.sampler() == nullptr
                                 ? "auto: no result came near fp16's limit or non-finite"
                                 : "auto: sample mode did not escalate";
+    }
+    if (session.config().gpu_batch > 1 && l->enqueue_many && l->stream_takes_checks &&
+        l->order_after && l->legacy_forbidden) {
+      absl::MutexLock lock(&g_held_mu);
+      g_held = new CheckBatches<HeldCheck>(session.config().gpu_batch, kMaxHeldBytes);
+      g_held_lib = l;
+      g_batching.store(true, std::memory_order_release);
     }
     g_late = new LateOps(&session.monitor(), &StorageStateOf, &RememberStorage);
     if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
@@ -218,20 +257,89 @@ NanhuntDeviceTensor Describe(const at::Tensor& t, Format format) {
 // `device`; each context comes back through Deliver. False, with `error`
 // saying why, when they could not be enqueued: the contexts are then still
 // the caller's.
+bool EnqueueOn(const CudaLibrary& lib, int device, void* stream,
+               const NanhuntDeviceTensor* described, void* const* contexts, int n,
+               std::string* error) {
+  char text[256] = {};
+  const int rc = n == 1 ? lib.enqueue(device, stream, described, contexts[0], text,
+                                      sizeof(text))
+                        : lib.enqueue_many(device, stream, described, n, contexts,
+                                           text, sizeof(text));
+  if (rc == 0) return true;
+  *error = text;
+  return false;
+}
+
 bool EnqueueOnStream(const CudaLibrary& lib, c10::Device device,
                      const NanhuntDeviceTensor* described, void* const* contexts, int n,
                      std::string* error) {
   SelfTimer timer(SelfTime::kEnqueue);
   void* stream = nullptr;  // also the default stream's handle
   if (!torch_compat::CurrentStreamHandle(device, &stream, error)) return false;
-  char text[256] = {};
-  const int rc = n == 1 ? lib.enqueue(device.index(), stream, described, contexts[0], text,
-                                      sizeof(text))
-                        : lib.enqueue_many(device.index(), stream, described, n, contexts,
-                                           text, sizeof(text));
-  if (rc == 0) return true;
-  *error = text;
-  return false;
+  return EnqueueOn(lib, device.index(), stream, described, contexts, n, error);
+}
+
+// An output whose check was not enqueued, and why: counted, never read as
+// finite. Its op's thread may have let go already: delivered as nothing
+// checked, which completes the op when it was the last.
+void CountNotEnqueued(const std::string& error) {
+  if (error.find("capturing") != std::string::npos) {
+    g_in_capture.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    CountUnchecked(/*on_device=*/true);
+  }
+}
+
+// Enqueues batches held back, in order, each on its own stream, NANHUNT_MAX_BATCH
+// checks per call (one launch per dtype), then makes a stream that changed
+// wait for them. The caller lets go of `flushes` after g_held_mu.
+void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_held_mu) {
+  for (auto& flush : flushes) {
+    std::vector<HeldCheck>& held = flush.entries;
+    // Held on the legacy default stream while the stream this thread moved
+    // to captures a graph: if that stream is a blocking one, a launch on
+    // the legacy stream would end the capture. Those checks are lost,
+    // counted as outputs in capture.
+    const bool forbidden = flush.order_after && flush.key.stream == nullptr &&
+                           lib.legacy_forbidden(flush.key.device, flush.waiting_stream) != 0;
+    for (size_t first = 0; first < held.size(); first += NANHUNT_MAX_BATCH) {
+      const size_t n = std::min<size_t>(NANHUNT_MAX_BATCH, held.size() - first);
+      std::vector<NanhuntDeviceTensor> described;
+      std::vector<void*> contexts;
+      for (size_t k = first; k < first + n; ++k) {
+        described.push_back(held[k].described);
+        contexts.push_back(held[k].pending);
+      }
+      std::string error = "the legacy stream while a blocking stream is capturing";
+      bool ok = false;
+      if (!forbidden) {
+        SelfTimer timer(SelfTime::kEnqueue);
+        ok = EnqueueOn(lib, flush.key.device, flush.key.stream, described.data(),
+                       contexts.data(), static_cast<int>(n), &error);
+      }
+      if (ok) {
+        g_enqueued.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+        g_batches.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      for (size_t k = first; k < first + n; ++k) {
+        CountNotEnqueued(error);
+        const CheckCounts nothing;
+        Deliver(held[k].pending, &nothing);  // takes it
+      }
+    }
+    if (flush.order_after && !forbidden) {
+      // Refused only while the waiting stream captures a graph, whose work
+      // runs at replay, after these checks were enqueued.
+      char text[256] = {};
+      lib.order_after(flush.key.device, flush.key.stream, flush.waiting_stream, text,
+                      sizeof(text));
+    }
+  }
+  // The tensors may go once the caller has released g_held_mu: their memory
+  // is reused only by work enqueued after the checks on the same stream
+  // (or on one that waits for them).
 }
 
 // One output check to enqueue, and what became of it.
@@ -240,8 +348,53 @@ struct OutputCheck {
   NanhuntDeviceTensor described;
   Pending* pending = nullptr;
   bool enqueued = false;
+  bool held = false;  // NANHUNT_GPU_BATCH: enqueued (or counted) later
   std::string error;  // when not
 };
+
+// Enqueues everything held back, in order; returns it for the caller to
+// let go of after g_held_mu.
+HeldFlushes EnqueueAllHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_held_mu) {
+  if (g_held == nullptr || g_held->empty()) return {};
+  HeldFlushes flushes = g_held->TakeAll();
+  EnqueueHeld(*g_held_lib, flushes);
+  g_any_held.store(false, std::memory_order_release);
+  return flushes;
+}
+
+// With NANHUNT_GPU_BATCH: holds the op's checks back when they are all on
+// one device and its current stream takes checks now. Otherwise enqueues
+// everything held first, so that results keep op order, and returns false:
+// the caller enqueues (or counts) them as usual.
+bool HoldChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
+  if (!g_batching.load(std::memory_order_acquire) || checks.empty()) return false;
+  const c10::Device device = checks.front().tensor.device();
+  bool one_device = true;
+  for (const OutputCheck& c : checks) one_device = one_device && c.tensor.device() == device;
+  void* stream = nullptr;  // also the default stream's handle
+  std::string error;
+  char text[256] = {};
+  const bool holdable = one_device && torch_compat::CurrentStreamHandle(device, &stream, &error) &&
+                        lib.stream_takes_checks(device.index(), stream, text, sizeof(text)) == 1;
+  HeldFlushes done;  // let go of after the lock
+  absl::MutexLock lock(&g_held_mu);
+  if (g_held == nullptr) return false;  // drained at exit: op by op again
+  if (!holdable) {
+    done = EnqueueAllHeld();
+    return false;
+  }
+  std::vector<HeldCheck> entries;
+  int64_t bytes = 0;
+  for (OutputCheck& c : checks) {
+    bytes += c.tensor.numel() * static_cast<int64_t>(c.tensor.element_size());
+    entries.push_back(HeldCheck{c.tensor, c.described, c.pending});
+    c.held = true;
+  }
+  done = g_held->Add({device.index(), stream}, std::move(entries), bytes);
+  EnqueueHeld(lib, done);
+  g_any_held.store(!g_held->empty(), std::memory_order_release);
+  return true;
+}
 
 // Enqueues every check: dense tensors of one device and format together,
 // NANHUNT_MAX_BATCH per kernel launch (a foreach op over a model's 150
@@ -398,8 +551,9 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     check.pending = new Pending{op, nullptr, index};
     checks.push_back(std::move(check));
   }
-  EnqueueChecks(lib, checks);
+  if (!HoldChecks(lib, checks)) EnqueueChecks(lib, checks);
   for (OutputCheck& check : checks) {
+    if (check.held) continue;  // enqueued with its batch (EnqueueHeld)
     if (check.enqueued) {
       g_enqueued.fetch_add(1, std::memory_order_relaxed);
       continue;
@@ -407,11 +561,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     const int index = check.pending->index;
     delete check.pending;
     // Not checked, and said so: never read as finite.
-    if (check.error.find("capturing") != std::string::npos) {
-      g_in_capture.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      CountUnchecked(/*on_device=*/true);
-    }
+    CountNotEnqueued(check.error);
     // Zero elements: counted as a call, not as values found finite.
     op->outputs[index].counts = CheckCounts{};
     op->pending.fetch_sub(1, std::memory_order_acq_rel);
@@ -432,6 +582,11 @@ bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session
   }
   const CudaLibrary& lib = Library(session);
   if (!lib.unavailable.empty()) return false;
+  HeldFlushes done;  // let go of after the lock
+  {
+    absl::MutexLock lock(&g_held_mu);
+    done = EnqueueAllHeld();  // results in order: the reads come after what is held
+  }
   read->then = std::move(then);
   read->values.assign(tensors.size(), 0.0);
   // One more than the reads until all are enqueued: a failed enqueue, or
@@ -477,13 +632,41 @@ void DrainDeviceChecks() {
   Session* session = Session::Get();
   if (session == nullptr) return;
   const CudaLibrary& lib = Library(*session);
-  if (lib.unavailable.empty()) lib.drain();
+  if (!lib.unavailable.empty()) return;
+  HeldFlushes done;  // let go of after the lock
+  {
+    absl::MutexLock lock(&g_held_mu);
+    done = EnqueueAllHeld();
+    delete g_held;  // checks after this point go op by op
+    g_held = nullptr;
+  }
+  lib.drain();
+}
+
+bool DeviceChecksHeld() { return g_any_held.load(std::memory_order_acquire); }
+
+void EnqueueHeldChecksBefore(bool writes) {
+  HeldFlushes flushes;  // let go of after the lock
+  absl::MutexLock lock(&g_held_mu);
+  if (g_held == nullptr || g_held->empty()) return;
+  flushes = g_held->BeforeOp(writes, [](int device) -> void* {
+    void* stream = nullptr;
+    std::string why;
+    torch_compat::CurrentStreamHandle(c10::Device(c10::DeviceType::CUDA,
+                                                  static_cast<c10::DeviceIndex>(device)),
+                                      &stream, &why);
+    return stream;
+  });
+  if (flushes.empty()) return;
+  EnqueueHeld(*g_held_lib, flushes);
+  g_any_held.store(!g_held->empty(), std::memory_order_release);
 }
 
 DeviceTotals GetDeviceTotals() {
   DeviceTotals totals;
   totals.enqueued = g_enqueued.load();
   totals.in_capture = g_in_capture.load();
+  totals.batches = g_batches.load();
   if (g_late != nullptr) {
     Session* session = Session::Get();
     if (session != nullptr) {

@@ -58,10 +58,18 @@ void SetLateVerdictHandler(std::function<void(const LateOp&, Verdict)> fn);
 // the interpreter exits, while CUDA is still up.
 void DrainDeviceChecks();
 
+// NANHUNT_GPU_BATCH (core/check_batches.h): whether checks are held back
+// now (cheap, read on every op), and, before an op starts, enqueuing those
+// the op could change (`writes`: it may write one of its arguments) or
+// whose stream it leaves.
+bool DeviceChecksHeld();
+void EnqueueHeldChecksBefore(bool writes);
+
 // For the trace: checks enqueued, ring waits, outputs left unchecked in
 // CUDA graph capture, and why the GPU path is off (empty when it is on).
 struct DeviceTotals {
   int64_t enqueued = 0, waits = 0, in_capture = 0, kernel_launches = 0;
+  int64_t batches = 0;  // NANHUNT_GPU_BATCH: batches of held checks enqueued
   std::string unavailable;
   std::string kernel_names_off;  // why there are no kernel names, if so
 };

@@ -607,6 +607,14 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
           ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
         }
+        if (DeviceChecksHeld()) {
+          // NANHUNT_GPU_BATCH: checks held back run before this op could
+          // change their tensors (an op without a schema might).
+          const OpTraits& traits = TraitsOf(fn);
+          ts.busy = true;
+          EnqueueHeldChecksBefore(traits.writes || !traits.handle);
+          ts.busy = false;
+        }
         if (!Sampled(*Session::Get(), f.name)) {
           f.fn = nullptr;  // not this one: no frame, nothing at its end
           --ts.depth;
@@ -827,6 +835,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         w.PutMeta("check_ring_waits", absl::StrCat(device.waits));
         w.PutMeta("outputs_in_graph_capture", absl::StrCat(device.in_capture));
         w.PutMeta("kernel_launches", absl::StrCat(device.kernel_launches));
+        if (device.batches > 0) {
+          w.PutMeta("device_check_batches", absl::StrCat(device.batches));
+        }
         if (!device.kernel_names_off.empty()) {
           w.PutMeta("kernel_names_off", device.kernel_names_off);
         }

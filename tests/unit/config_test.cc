@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "core/config.h"
 #include "gtest/gtest.h"
 
@@ -165,6 +166,23 @@ TEST(Config, KernelNamesCanLeaveCuptiToOtherTools) {
   EXPECT_EQ(bad.status().message(),
             "NANHUNT_KERNEL_NAMES='some' is not valid; allowed: "
             "auto, 1 or 0 (also true/false, on/off)");
+}
+
+TEST(Config, GpuBatchHoldsNothingBackUnlessAsked) {
+  auto fallback = Load({});
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ(fallback->gpu_batch, 1);
+  EXPECT_EQ(DescribeConfig(*fallback).find("NANHUNT_GPU_BATCH"), std::string::npos);
+  auto batched = Load({{"NANHUNT_GPU_BATCH", "32"}});
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  EXPECT_EQ(batched->gpu_batch, 32);
+  EXPECT_NE(DescribeConfig(*batched).find("NANHUNT_GPU_BATCH=32"), std::string::npos);
+  for (const char* bad : {"0", "33", "many", "2.5"}) {
+    auto c = Load({{"NANHUNT_GPU_BATCH", bad}});
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().message(), absl::StrCat("NANHUNT_GPU_BATCH='", bad,
+                                                 "' is not valid; allowed: an integer in [1, 32]"));
+  }
 }
 
 TEST(Config, MissingFileIsAnError) {

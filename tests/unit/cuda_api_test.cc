@@ -92,4 +92,49 @@ TEST(CudaApiTest, ABatchIsDeliveredOnePerTensorOrRefusedWhole) {
   }
 }
 
+TEST(CudaApiTest, BatchingsEntryPointsAnswerWithOrWithoutADriver) {
+  // NANHUNT_GPU_BATCH asks whether a stream takes checks before holding
+  // one back, and orders a stream after late checks; a mixed batch (fp16,
+  // fp32, a strided view) is one call.
+  void* lib = dlopen(NANHUNT_CUDA_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto start = reinterpret_cast<decltype(&nanhunt_cuda_start)>(dlsym(lib, "nanhunt_cuda_start"));
+  auto takes = reinterpret_cast<decltype(&nanhunt_cuda_stream_takes_checks)>(
+      dlsym(lib, "nanhunt_cuda_stream_takes_checks"));
+  auto order = reinterpret_cast<decltype(&nanhunt_cuda_order_after)>(
+      dlsym(lib, "nanhunt_cuda_order_after"));
+  auto many = reinterpret_cast<decltype(&nanhunt_cuda_enqueue_many)>(
+      dlsym(lib, "nanhunt_cuda_enqueue_many"));
+  auto drain = reinterpret_cast<decltype(&nanhunt_cuda_drain)>(dlsym(lib, "nanhunt_cuda_drain"));
+  ASSERT_TRUE(start && takes && order && many && drain);
+  char error[256] = {};
+  ASSERT_EQ(start(16376.0, &Deliver, error, sizeof(error)), 0) << error;
+  const bool gpu = takes(0, nullptr, error, sizeof(error)) == 1;
+  if (!gpu) {
+    EXPECT_NE(std::string(error).find("cuda"), std::string::npos) << error;
+  }
+  NanhuntDeviceTensor mixed[3]{};
+  mixed[0].format = static_cast<int>(nanhunt::Format::kF16);
+  mixed[0].dense = 1;
+  mixed[1].format = static_cast<int>(nanhunt::Format::kF32);
+  mixed[1].dense = 1;
+  mixed[2].format = static_cast<int>(nanhunt::Format::kF16);
+  mixed[2].dense = 0;
+  mixed[2].dims = 1;  // no values: sizes[0] is 0
+  int contexts[3] = {};
+  void* handles[3] = {&contexts[0], &contexts[1], &contexts[2]};
+  const int before = g_delivered.load();
+  const int rc = many(0, nullptr, mixed, 3, handles, error, sizeof(error));
+  EXPECT_EQ(rc == 0, gpu) << error;
+  if (rc == 0) {
+    drain();
+    EXPECT_EQ(g_delivered.load(), before + 3);
+  } else {
+    EXPECT_EQ(g_delivered.load(), before);
+  }
+  // Without checks on a device (or without a driver) there is nothing to
+  // wait for; with them, the default stream waits for itself.
+  EXPECT_EQ(order(gpu ? 0 : 5, nullptr, nullptr, error, sizeof(error)), 0) << error;
+}
+
 }  // namespace
