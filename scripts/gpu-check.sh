@@ -97,6 +97,16 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/demo-cuda-check.txt || failed+=("demo on CUDA")
 
+echo "== the demo on CUDA with NANHUNT_ON_NONFINITE=raise: NonFiniteError from a late verdict"
+NANHUNT_ON_NONFINITE=raise "$build"/bin/nanhunt run --out "$build"/demo-raise -- "$python" demo/train.py \
+  --device cuda > "$build"/demo-raise.log 2>&1 || true
+if grep -q "NonFiniteError" "$build"/demo-raise.log && grep -q "nanhunt: raising NonFiniteError" "$build"/demo-raise.log \
+    && ! grep -q "aborting" "$build"/demo-raise.log; then
+  echo "raise on CUDA: NonFiniteError raised in the training script: OK" | tee "$build"/raise-check.txt
+else
+  echo "raise on CUDA: WRONG" | tee "$build"/raise-check.txt; tail -15 "$build"/demo-raise.log; failed+=("raise on CUDA")
+fi
+
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
 "$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
@@ -188,7 +198,7 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check streams-check graph-check batch-check; do
+for part in demo-cuda-check raise-check streams-check graph-check batch-check; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done
 sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt 2>/dev/null

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <unistd.h>
 #include <ctime>
 
@@ -214,9 +215,19 @@ void OnLateVerdict(const LateOp& op, Verdict verdict) {
   session->writer().Add(EventRow{static_cast<double>(std::time(nullptr)),
                                  "stopped", message});
   session->writer().Flush();
-  if (live.on_nonfinite.load() == OnNonFinite::kRaise &&
-      RaiseInPython(("nanhunt: " + message).c_str())) {
-    fprintf(stderr, "nanhunt: raising NonFiniteError: %s\n", message.c_str());
+  if (live.on_nonfinite.load() == OnNonFinite::kRaise && Python().ok) {
+    // Raised from a thread of its own, which takes the GIL: this one may
+    // hold nanhunt's locks (a full ring's delivery, held checks being
+    // enqueued) that a thread holding the GIL waits for. Python raises
+    // the exception when its thread next runs Python code either way.
+    std::thread([message, thread = PythonThreadHere()] {
+      if (RaiseInPython(("nanhunt: " + message).c_str(), thread)) {
+        fprintf(stderr, "nanhunt: raising NonFiniteError: %s\n", message.c_str());
+        return;
+      }
+      fprintf(stderr, "nanhunt: aborting: %s\n", message.c_str());
+      std::abort();
+    }).detach();
     return;
   }
   fprintf(stderr, "nanhunt: aborting: %s\n", message.c_str());

@@ -64,10 +64,17 @@ const PythonApi& Python() {
   return api;
 }
 
-bool RaiseInPython(const char* message) {
+unsigned long PythonThreadHere() {
+  const PythonApi& py = Python();
+  if (!py.ok || !py.IsInitialized() || py.ThisThreadState() == nullptr) return 0;
+  return py.ThreadIdent();
+}
+
+bool RaiseInPython(const char* message, unsigned long thread) {
   const PythonApi& py = Python();
   if (!py.ok || !py.IsInitialized() || py.IsFinalizing()) return false;
-  const bool python_thread = py.ThisThreadState() != nullptr;
+  const bool python_thread = thread != 0 || py.ThisThreadState() != nullptr;
+  if (thread == 0 && python_thread) thread = py.ThreadIdent();
   const int gil = py.GilEnsure();
   bool raised = false;
   void* globals = py.DictNew();
@@ -82,7 +89,7 @@ bool RaiseInPython(const char* message) {
       // An autograd worker has no Python frames: the exception goes to the
       // main thread, which is waiting in backward().
       const unsigned long target =
-          python_thread || main == nullptr ? py.ThreadIdent()
+          python_thread || main == nullptr ? (thread != 0 ? thread : py.ThreadIdent())
                                            : py.LongAsUnsignedLong(main);
       raised = cls != nullptr && py.SetAsyncExc(target, cls) == 1;
     }

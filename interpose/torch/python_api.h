@@ -44,7 +44,12 @@ const PythonApi& Python();
 // running on this OS thread (or the main thread when this one has no
 // Python state): Python raises it when the current op returns to Python
 // code. Returns false when that is not possible (no Python).
-bool RaiseInPython(const char* message);
+// `thread`, when not 0, is the Python thread (its ident) to raise it in.
+bool RaiseInPython(const char* message, unsigned long thread = 0);
+
+// The ident of the Python thread running on this OS thread, or 0 when it
+// has none (or this is no Python process). Needs no GIL.
+unsigned long PythonThreadHere();
 
 // Runs `code` as a module body with each of `strings` bound as a global str,
 // holding the GIL. False when there is no Python or the code raised (the
