@@ -75,15 +75,16 @@ class CheckBatches {
   // first (older), then this one if it is full.
   std::vector<Flush> Add(Key key, std::vector<Entry> entries, int64_t bytes) {
     std::vector<Flush> flushes;
-    Batch* batch = nullptr;
     for (size_t i = 0; i < batches_.size();) {
-      if (batches_[i].key.device != key.device) {
-        ++i;
-      } else if (batches_[i].key.stream != key.stream) {
+      if (batches_[i].key.device == key.device && batches_[i].key.stream != key.stream) {
         flushes.push_back(Take(i, /*order_after=*/true, key.stream));
       } else {
-        batch = &batches_[i++];
+        ++i;
       }
+    }
+    Batch* batch = nullptr;
+    for (Batch& b : batches_) {
+      if (b.key.device == key.device) batch = &b;
     }
     if (batch == nullptr) {
       batches_.push_back(Batch{key, {}, 0});

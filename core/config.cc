@@ -196,8 +196,9 @@ const Setting kSettings[] = {
        return absl::OkStatus();
      }},
     {{"NANHUNT_GPU_BATCH", "1", "an integer in [1, 32]",
-      "on a GPU, how many op outputs one batch of checks covers: 1 checks "
-      "each op's outputs right after the op; more holds outputs back (alive) "
+      "on a GPU with every op checked (not sample mode), how many op outputs "
+      "one batch of checks covers: 1 checks each op's outputs right after "
+      "the op; more holds outputs back (alive) "
       "until that many wait, 64 MiB of them, an op writes a tensor or "
       "changes stream, then checks them with one launch per dtype: less host "
       "time a check, results a few ops later. Right only when every write to "

@@ -193,8 +193,10 @@ CudaLibrary& Library(Session& session) {
                                 ? "auto: no result came near fp16's limit or non-finite"
                                 : "auto: sample mode did not escalate";
     }
-    if (session.config().gpu_batch > 1 && l->enqueue_many && l->stream_takes_checks &&
-        l->order_after && l->legacy_forbidden) {
+    // Every-op mode only: sample mode's few checks would wait for 32 for
+    // steps, and its escalation waits for their results.
+    if (session.config().gpu_batch > 1 && session.sampler() == nullptr && l->enqueue_many &&
+        l->stream_takes_checks && l->order_after && l->legacy_forbidden) {
       absl::MutexLock lock(&g_held_mu);
       g_held = new CheckBatches<HeldCheck>(session.config().gpu_batch, kMaxHeldBytes);
       g_held_lib = l;
