@@ -88,6 +88,12 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
   event.kernels = op->kernels;
   event.loss_scaling = op->loss_scaling;
   event.others_unchecked = op->others_unchecked;
+  // Every result is in: this thread alone holds the op now.
+  for (size_t i = 0; i < op->outputs.size() && i < op->output_sizes.size(); ++i) {
+    if (op->outputs[i].shape.empty()) {
+      op->outputs[i].shape = absl::StrCat("[", absl::StrJoin(op->output_sizes[i], ", "), "]");
+    }
+  }
   event.outputs = op->outputs;
   {
     absl::MutexLock lock(&mu_);

@@ -53,6 +53,9 @@ struct LateOp {
   bool grad_enabled = true, takes_grad_input = false;
   uint64_t thread = 0;
   std::vector<TensorFacts> outputs;        // format and shape; counts arrive
+  // Sizes of the outputs whose shape is left empty above: formatted when
+  // the op is classified, on the drain thread rather than the op's.
+  std::vector<absl::InlinedVector<int64_t, 6>> output_sizes;
   std::vector<const void*> output_storages;
   std::vector<LateInput> inputs;
   std::string source, stack;  // when wanted

@@ -234,10 +234,6 @@ void ForEachTensorIn(const std::vector<c10::IValue>& values, Fn fn) {
   }
 }
 
-std::string Shape(const at::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-}
-
 NanhuntDeviceTensor Describe(const at::Tensor& t, Format format) {
   NanhuntDeviceTensor d{};
   d.format = static_cast<int>(format);
@@ -526,15 +522,17 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     const auto format = t.defined() ? torch_compat::FormatOf(t.scalar_type()) : std::nullopt;
     if (!format) return;
     TensorFacts facts;
+    absl::InlinedVector<int64_t, 6> sizes;
     if (IsCheckableOnDevice(t)) {
       facts.format = *format;
-      facts.shape = Shape(t);
+      sizes.assign(t.sizes().begin(), t.sizes().end());  // shape formatted later
       device_outputs.emplace_back(t, static_cast<int>(op->outputs.size()));
     } else if (!CheckTensor(t, limits, facts)) {
       CountIfUnreadable(t);
       return;
     }
     op->outputs.push_back(std::move(facts));
+    op->output_sizes.push_back(std::move(sizes));
     op->output_storages.push_back(IsCheckableOnDevice(t) ? StorageKey(t) : nullptr);
   });
   if (strncmp(call.name, "c10d::", 6) != 0) {

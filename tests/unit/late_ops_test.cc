@@ -130,6 +130,16 @@ TEST_F(LateOpsTest, TheKernelsAnOpLaunchedGoWithItsFinding) {
   EXPECT_EQ(monitor_.first_origin()->kernels, "_Z4gemmPf<<<8,1,1>>>");
 }
 
+TEST_F(LateOpsTest, OutputShapesLeftToTheClassificationAreFormattedThere) {
+  // The op's thread records sizes; the finding still says the shape.
+  auto op = Op(1, "aten::bmm", 0);
+  op->outputs[0].shape.clear();
+  op->output_sizes.push_back({8, 1024, 64});
+  EXPECT_EQ(late_.OnResult(op, 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_NE(monitor_.first_origin()->outputs.find("[8, 1024, 64]"), std::string::npos)
+      << monitor_.first_origin()->outputs;
+}
+
 TEST_F(LateOpsTest, AnEnclosingOpOfANestedOriginIsNotASecondOrigin) {
   EXPECT_EQ(late_.OnResult(Op(11, "aten::bmm", 2, -1, /*parent=*/10), 0, Counts(1)),
             Verdict::kOrigin);
