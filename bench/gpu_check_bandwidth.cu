@@ -119,6 +119,29 @@ int main() {
                    std::chrono::steady_clock::now() - t0).count() / (batches * gpu::kMaxBatch);
     ring.DrainAll();
   }
+  // NANHUNT_GPU_BATCH's batches: outputs of consecutive ops under autocast,
+  // fp16 and fp32 alternating (two launches a batch). CPU cost per tensor.
+  double mixed_us = 0;
+  {
+    CheckRing ring(checks.get(), [](const PendingCheck&, const CheckCounts&) {});
+    const int batches = 16;
+    std::vector<gpu::DeviceTensor> tensors(gpu::kMaxBatch, small);
+    for (int i = 1; i < gpu::kMaxBatch; i += 2) {
+      tensors[i].format = Format::kF32;
+      tensors[i].count = 2048;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < batches; ++i) {
+      ring.EnqueueBatch(stream, std::vector<std::shared_ptr<void>>(gpu::kMaxBatch),
+                        [&](const int* slots, int n) {
+                          return checks->EnqueueBatch(slots, tensors.data(), n, limits,
+                                                      stream, &error);
+                        });
+    }
+    mixed_us = std::chrono::duration<double, std::micro>(
+                   std::chrono::steady_clock::now() - t0).count() / (batches * gpu::kMaxBatch);
+    ring.DrainAll();
+  }
   // What one enqueue is made of, measured alone: the floor under it.
   auto per_call_us = [](int n, auto&& call) {
     call();
@@ -147,6 +170,7 @@ int main() {
   std::printf("%-44s %9.2f  (target >= 0.85)\n", "check (random) / copy read", random_read / copy_read);
   std::printf("%-44s %9.2f  (target <= 3)\n", "enqueue one check (ring + kernel), us", enqueue_us);
   std::printf("%-44s %9.2f\n", "  per tensor, batches of 32, us", batch_us);
+  std::printf("%-44s %9.2f\n", "  per tensor, 32 of fp16+fp32 (GPU_BATCH), us", mixed_us);
   std::printf("%-44s %9.2f\n", "  of which: empty kernel launch, us", launch_us);
   std::printf("%-44s %9.2f\n", "  of which: cudaEventRecord, us", record_us);
   std::printf("%-44s %9.2f\n", "  of which: cudaStreamIsCapturing, us", capturing_us);
