@@ -314,6 +314,14 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
                          static_cast<double>(s.ops_observed + observed);
       s.ops_observed += observed;
     }
+    for (auto [key, total] : {std::pair{"device_checks", &s.gpu_checks},
+                              std::pair{"device_check_batches", &s.gpu_check_batches},
+                              std::pair{"check_ring_waits", &s.ring_waits}}) {
+      int64_t n = 0;
+      if (auto it = t.meta.find(key); it != t.meta.end() && absl::SimpleAtoi(it->second, &n)) {
+        *total += n;
+      }
+    }
     if (s.nanhunt_skips.empty()) s.nanhunt_skips = t.skips;  // ranks agree
     if (auto it = t.meta.find("op_sampling"); it != t.meta.end()) {
       if (s.op_sampling.empty() || it->second == "torch") s.op_sampling = it->second;
@@ -392,6 +400,23 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                                         s.host_us_per_op * s.ops_observed / 1e6),
                         w - 11),
                     "\n");
+  }
+  if (s.gpu_checks > 0) {
+    // The device side: checks enqueued, and how often the ring was full
+    // (the op's thread then waited for the oldest result: never dropped).
+    absl::StrAppend(
+        &out, "  gpu:     ",
+        Fit(absl::StrCat(s.gpu_checks, " outputs checked on the device",
+                         s.gpu_check_batches > 0
+                             ? absl::StrFormat(" in %d held-back batches (%.1f a batch)",
+                                               s.gpu_check_batches,
+                                               static_cast<double>(s.gpu_checks) /
+                                                   static_cast<double>(s.gpu_check_batches))
+                             : std::string(),
+                         ", result ring full ", s.ring_waits,
+                         s.ring_waits == 1 ? " time" : " times"),
+            w - 11),
+        "\n");
   }
 
   const Diagnosis diagnosis = Diagnose(s);
@@ -828,6 +853,9 @@ std::string RenderJson(const RunSummary& s) {
   j.Key("cost").BeginObject();  // nanhunt's own host time
   j.Key("ops_observed").Int(s.ops_observed);
   j.Key("host_us_per_op").Number(s.host_us_per_op);
+  j.Key("gpu_checks").Int(s.gpu_checks);
+  j.Key("gpu_check_batches").Int(s.gpu_check_batches);
+  j.Key("ring_waits").Int(s.ring_waits);
   j.EndObject();
   j.Key("skipped_fraction");
   if (s.loss_scale.empty()) {

@@ -51,6 +51,10 @@ struct RunSummary {
   // ops its callbacks saw, over all traces, and their mean cost.
   int64_t ops_observed = 0;
   double host_us_per_op = 0;
+  // GPU checks (meta device_checks, device_check_batches, check_ring_waits):
+  // enqueued, how many held-back batches carried them (NANHUNT_GPU_BATCH),
+  // and how often a full result ring made an op's thread wait.
+  int64_t gpu_checks = 0, gpu_check_batches = 0, ring_waits = 0;
   std::vector<SkipRow> nanhunt_skips;     // NANHUNT_SKIP_NONFINITE_STEPS
   // NANHUNT_MODE=sample: how op calls were sampled ("torch", "hash"; empty
   // in check mode), how many were checked, and each escalation with the

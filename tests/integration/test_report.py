@@ -6,6 +6,7 @@ import html
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 
 import pytest
@@ -75,6 +76,26 @@ def test_report_opens_offline_with_every_chart_drawn(script, charts, out):
         assert "aten::bmm (in aten::matmul)" in dom
         assert "Forward overflow: aten::matmul" in dom
         assert "demo/train.py:30" in dom
+
+
+def test_report_says_what_the_gpu_checked(out):
+    # A GPU run's trace carries its device counters in meta (this machine
+    # has no GPU: they are added to a real CPU run's trace); the report's
+    # run line says them, as `view` does.
+    r = preload_run([PYTHON, DEMO, "--steps", "3"], out)
+    assert r.returncode == 0, r.stderr
+    trace = next(out.glob("*.sqlite"))
+    with sqlite3.connect(trace) as db:
+        db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                       [("device_checks", "38640"), ("device_check_batches", "2000"),
+                        ("check_ring_waits", "2")])
+    page = out / "report.html"
+    made = run([NANHUNT, "report", "-o", page, out])
+    assert made.returncode == 0, made.stderr
+    dom, console = open_in_chromium(page)
+    assert console == [], console
+    assert ("38640 outputs checked on the GPU in 2000 held-back batches, "
+            "result ring full 2 times") in dom
 
 
 def test_report_without_chart_js_names_the_package(out, tmp_path):

@@ -204,6 +204,31 @@ TEST_F(TraceTest, WhatCudaGraphsKeptFromTheCheckIsANote) {
   EXPECT_NE(text.find("when the graphs replay"), std::string::npos) << text;
 }
 
+TEST_F(TraceTest, TheViewSaysWhatTheGpuChecked) {
+  // Checks enqueued, the batches that carried them, and how often a full
+  // result ring made the training's thread wait.
+  WriteMeta({{"device_checks", "38640"}, {"device_check_batches", "2000"},
+             {"check_ring_waits", "3"}});
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const RunSummary s = Summarise({*t});
+  const std::string text = RenderText(s, 120, false);
+  EXPECT_NE(text.find("gpu:     38640 outputs checked on the device in 2000 held-back "
+                      "batches (19.3 a batch), result ring full 3 times"),
+            std::string::npos)
+      << text;
+  const std::string json = RenderJson(s);
+  EXPECT_NE(json.find("\"gpu_checks\":38640,\"gpu_check_batches\":2000,\"ring_waits\":3"),
+            std::string::npos)
+      << json;
+  // No GPU: no line.
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  WriteMeta({{"outputs_in_graph_capture", "0"}});
+  auto cpu = ReadTrace(path_);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(RenderText(Summarise({*cpu}), 120, false).find("gpu:"), std::string::npos);
+}
+
 TEST_F(TraceTest, NoGraphCaptureNoNote) {
   WriteMeta({{"outputs_in_graph_capture", "0"}});
   auto t = ReadTrace(path_);
