@@ -4,10 +4,13 @@
 # against the CPU check, on random and edge-value tensors of every format,
 # odd sizes, unaligned starts, strided views; the result ring; CUDA graph
 # capture left intact), the kernel benchmark, the demo on CUDA under
-# nanhunt (origin and kernel names), side streams and a second GPU, a whole
-# training step captured into a CUDA graph and replayed under nanhunt
-# (identical to unmonitored), and the GPT-2-small-sized training
-# benchmark (bench/gpt2_bench.py), and prints a short table last. Debian
+# nanhunt (origin and kernel names; and with NANHUNT_ON_NONFINITE=raise),
+# side streams and a second GPU, a whole training step captured into a
+# CUDA graph and replayed under nanhunt (identical to unmonitored), checks
+# held back for batches (NANHUNT_GPU_BATCH=32: the demo's origin and
+# checks unchanged; tensors written in place after the op, on the same
+# stream and on another), and the GPT-2-small-sized training benchmark
+# (bench/gpt2_bench.py), and prints a short table last. Debian
 # packages that machine lacks come from .gpu-deps/ (made here by
 # scripts/gpu-deps.sh). Meant to finish within 8 minutes.
 set -euo pipefail
