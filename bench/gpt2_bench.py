@@ -35,12 +35,13 @@ def trace_meta(out):
 # never subscribes to CUPTI; "-names" subscribes from the first GPU op
 # (NANHUNT_KERNEL_NAMES=1): what a run pays once something came near the
 # limit.
-# "nanhunt-batch" holds checks back and enqueues them 32 at a time
-# (NANHUNT_GPU_BATCH=32, core/check_batches.h).
+# "nanhunt-batch" holds checks back and enqueues them 32 at a time while no
+# code with kernels of its own is loaded (NANHUNT_GPU_BATCH=auto, the
+# candidate default; core/check_batches.h).
 MONITORED = ("nanhunt", "sample", "nanhunt-names", "nanhunt-batch", "sample-names")
 LABELS = [("plain", "plain"), ("nanhunt", "nanhunt (every op checked)"),
           ("nanhunt-names", "  the same, kernel names on"),
-          ("nanhunt-batch", "  the same, batches of 32"),
+          ("nanhunt-batch", "  the same, batches (auto)"),
           ("sample", "nanhunt sample (1% of ops)"),
           ("sample-names", "  the same, kernel names on"),
           ("anomaly", "set_detect_anomaly(True)")]
@@ -67,6 +68,8 @@ def print_trace_figures(meta, steps):
           f"{meta.get('host_us_per_enqueue', '?')} us an enqueue (one tensor or a batch), "
           + (f"{float(meta['device_checks']) / float(meta['device_check_batches']):.1f} "
              "checks a held-back batch, " if "device_check_batches" in meta else "") +
+          (f"batching stopped: {meta['gpu_batch_stopped']}, " if "gpu_batch_stopped" in meta
+           else "") +
           f"results delivered in "
           f"{float(meta.get('delivery_seconds', 'nan')) * 1000 / steps:.2f} ms")
 
@@ -83,7 +86,7 @@ def run(mode, args, out):
     if mode.endswith("-names"):
         env.update(NANHUNT_KERNEL_NAMES="1")
     if mode.endswith("-batch"):
-        env.update(NANHUNT_GPU_BATCH="32")
+        env.update(NANHUNT_GPU_BATCH="auto")
     if mode.startswith("sample"):
         env.update(NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
                    NANHUNT_SAMPLE_STEPS="0")

@@ -195,7 +195,7 @@ const Setting kSettings[] = {
        c.kernel_names = on ? KernelNames::kAlways : KernelNames::kOff;
        return absl::OkStatus();
      }},
-    {{"NANHUNT_GPU_BATCH", "1", "an integer in [1, 32]",
+    {{"NANHUNT_GPU_BATCH", "1", "an integer in [1, 32], or auto",
       "on a GPU with every op checked (not sample mode), how many op outputs "
       "one batch of checks covers: 1 checks each op's outputs right after "
       "the op; more holds outputs back (alive) "
@@ -203,8 +203,15 @@ const Setting kSettings[] = {
       "changes stream, then checks them with one launch per dtype: less host "
       "time a check, results a few ops later. Right only when every write to "
       "a GPU tensor goes through torch's operators: not with torch.compile, "
-      "apex, or extensions that launch their own kernels"},
+      "apex, or extensions that launch their own kernels. auto: 32 until the "
+      "process loads such code (a library outside torch's and NVIDIA's that "
+      "links the CUDA runtime or driver, Triton's launchers), then 1"},
      [](absl::string_view v, Config& c) {
+       c.gpu_batch_auto = absl::EqualsIgnoreCase(v, "auto");
+       if (c.gpu_batch_auto) {
+         c.gpu_batch = 32;
+         return absl::OkStatus();
+       }
        return ApplyNumber("NANHUNT_GPU_BATCH", v, 1, 32, c.gpu_batch);
      }},
     {{"NANHUNT_EXIT_SUMMARY", "1", "0 or 1 (also true/false, on/off)",
@@ -526,7 +533,9 @@ std::string DescribeConfig(const Config& c) {
       c.kernel_names == KernelNames::kFirstWarning ? "auto"
       : c.kernel_names == KernelNames::kAlways     ? "1"
                                                    : "0",
-      c.gpu_batch > 1 ? absl::StrCat("\nNANHUNT_GPU_BATCH=", c.gpu_batch) : "",
+      c.gpu_batch_auto  ? "\nNANHUNT_GPU_BATCH=auto"
+      : c.gpu_batch > 1 ? absl::StrCat("\nNANHUNT_GPU_BATCH=", c.gpu_batch)
+                        : "",
       "\nNANHUNT_EXIT_SUMMARY=", c.exit_summary ? 1 : 0,
       "\nNANHUNT_QUIET=", c.quiet ? 1 : 0,
       "\nNANHUNT_ON_NONFINITE=",

@@ -39,6 +39,9 @@ struct Config {
   // NANHUNT_GPU_BATCH: GPU outputs checked together across ops, up to this
   // many per batch; 1 holds nothing back (core/check_batches.h).
   int gpu_batch = 1;
+  // NANHUNT_GPU_BATCH=auto: 32 while the process has loaded no code that
+  // launches CUDA kernels of its own (core/foreign_cuda_code.h).
+  bool gpu_batch_auto = false;
   bool exit_summary = true;
   bool quiet = false;
   OnNonFinite on_nonfinite = OnNonFinite::kContinue;

@@ -161,6 +161,10 @@ for scenario in demo same-stream other-stream; do
     > "$build/batch-$scenario.log" 2>&1 || true
   "$build"/bin/nanhunt view --json "$build/batch-$scenario" > "$build/batch-$scenario.json" || true
 done
+rm -rf "$build/batch-auto"
+cmake --build "$build" --target foreign_probe_cudart >/dev/null 2>&1 || true
+NANHUNT_GPU_BATCH=auto "$build"/bin/nanhunt run --out "$build/batch-auto" -- "$python" \
+  tests/gpu/batch_auto.py "$build/tests/foreign/libforeign_probe_cudart.so" > "$build/batch-auto.log" 2>&1 || true
 ("$python" - "$build" <<'PY'
 import json, sqlite3, sys
 from pathlib import Path
@@ -191,6 +195,14 @@ for scenario in ("same-stream", "other-stream"):
     print(f"batched, write after the op ({scenario}): first origin {o.get('op')}: "
           f"{'OK' if good else 'WRONG (the held check saw the later write)'}")
     ok &= good
+# auto: batches until the probe (linked against the CUDA runtime) loads.
+m = meta("batch-auto")
+stopped = m.get("gpu_batch_stopped", "")
+good = (int(m.get("device_check_batches", 0)) > 0 and "libforeign_probe_cudart" in stopped
+        and int(m.get("device_checks", 0)) >= 400)
+print(f"NANHUNT_GPU_BATCH=auto: {m.get('device_checks')} checks, {m.get('device_check_batches')} "
+      f"batches, stopped: {stopped or '-'}: {'OK' if good else 'WRONG'}")
+ok &= good
 sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/batch-check.txt || { failed+=("held-back checks"); tail -5 "$build"/batch-*.log; }

@@ -14,9 +14,11 @@
 #include "absl/synchronization/mutex.h"
 #include "core/check_batches.h"
 #include "core/cpu_check.h"
+#include "core/foreign_cuda_code.h"
 #include "core/self_time.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/device_kernel_names.h"
+#include "interpose/torch_detect.h"
 #include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
 #include "interpose/torch/sample_control.h"
@@ -91,6 +93,9 @@ const CudaLibrary* g_held_lib = nullptr;  // set with g_held
 std::atomic<bool> g_batching{false};  // g_held was made: read on every GPU op
 std::atomic<bool> g_any_held{false};  // g_held is not empty: read on every op
 std::atomic<int64_t> g_batches{0};    // batches enqueued
+// NANHUNT_GPU_BATCH=auto: what ends batching, and why it ended (the trace).
+ForeignCudaCode* g_foreign ABSL_GUARDED_BY(g_held_mu) = nullptr;
+std::string* g_batching_stopped ABSL_GUARDED_BY(g_held_mu) = nullptr;
 // Batches taken for enqueuing. Let go of only after g_held_mu is released:
 // a held tensor's last reference may be its Python object's, and freeing
 // that takes the GIL, which a thread waiting for g_held_mu may hold.
@@ -143,6 +148,22 @@ void StartKernelNames(CudaLibrary& l, Session& session) {
   } else {
     g_with_kernels.store(&l);
   }
+}
+
+// Folders whose libraries launch kernels only inside torch's operators (or
+// are nanhunt's): torch's package, NVIDIA's libraries beside it, torchvision
+// and torchaudio (their kernels are registered operators), the CUDA
+// toolkit, and nanhunt's own folder.
+std::vector<std::string> TrustedDirs(const std::string& plugin) {
+  std::vector<std::string> dirs{"/usr/local/cuda", plugin.substr(0, plugin.rfind('/') + 1)};
+  const std::string torch_lib = TorchLibraryDir();
+  if (const size_t lib = torch_lib.rfind('/'); lib != std::string::npos) {
+    const std::string torch = torch_lib.substr(0, lib);  // .../site-packages/torch
+    const std::string packages = torch.substr(0, torch.rfind('/') + 1);
+    dirs.push_back(torch + "/");
+    for (const char* d : {"nvidia/", "torchvision/", "torchaudio/"}) dirs.push_back(packages + d);
+  }
+  return dirs;
 }
 
 // Loaded at the first GPU output: libnanhunt_cuda.so next to this plugin.
@@ -201,6 +222,7 @@ CudaLibrary& Library(Session& session) {
       g_held = new CheckBatches<HeldCheck>(session.config().gpu_batch, kMaxHeldBytes);
       g_held_lib = l;
       g_batching.store(true, std::memory_order_release);
+      if (session.config().gpu_batch_auto) g_foreign = new ForeignCudaCode(TrustedDirs(self));
     }
     g_late = new LateOps(&session.monitor(), &StorageStateOf, &RememberStorage);
     if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
@@ -360,6 +382,22 @@ HeldFlushes EnqueueAllHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_held_mu) {
   return flushes;
 }
 
+// NANHUNT_GPU_BATCH=auto: once code that launches kernels of its own is
+// loaded, everything held is enqueued and checks go op by op (said once).
+// Returns what the caller lets go of after g_held_mu.
+HeldFlushes StopBatchingIfForeignCode() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_held_mu) {
+  if (g_foreign == nullptr || g_batching_stopped != nullptr) return {};
+  const std::string& found = g_foreign->Find();
+  if (found.empty()) return {};
+  g_batching_stopped = new std::string(
+      absl::StrCat(found, " launches CUDA kernels of its own: checks op by op from then on"));
+  g_batching.store(false, std::memory_order_release);
+  if (Session* session = Session::Get(); session != nullptr && !session->config().quiet) {
+    fprintf(stderr, "nanhunt: NANHUNT_GPU_BATCH=auto: %s\n", g_batching_stopped->c_str());
+  }
+  return EnqueueAllHeld();
+}
+
 // With NANHUNT_GPU_BATCH: holds the op's checks back when they are all on
 // one device and its current stream takes checks now. Otherwise enqueues
 // everything held first, so that results keep op order, and returns false:
@@ -377,6 +415,8 @@ bool HoldChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
   HeldFlushes done;  // let go of after the lock
   absl::MutexLock lock(&g_held_mu);
   if (g_held == nullptr) return false;  // drained at exit: op by op again
+  done = StopBatchingIfForeignCode();
+  if (!done.empty() || !g_batching.load(std::memory_order_relaxed)) return false;
   if (!holdable) {
     done = EnqueueAllHeld();
     return false;
@@ -649,6 +689,10 @@ void EnqueueHeldChecksBefore(bool writes) {
   HeldFlushes flushes;  // let go of after the lock
   absl::MutexLock lock(&g_held_mu);
   if (g_held == nullptr || g_held->empty()) return;
+  // Foreign code may run before the next op's end (a compiled graph's
+  // Triton kernels after its first allocation): checked at op starts too.
+  flushes = StopBatchingIfForeignCode();
+  if (!flushes.empty()) return;
   flushes = g_held->BeforeOp(writes, [](int device) -> void* {
     void* stream = nullptr;
     std::string why;
@@ -667,6 +711,10 @@ DeviceTotals GetDeviceTotals() {
   totals.enqueued = g_enqueued.load();
   totals.in_capture = g_in_capture.load();
   totals.batches = g_batches.load();
+  {
+    absl::MutexLock lock(&g_held_mu);
+    if (g_batching_stopped != nullptr) totals.batching_stopped = *g_batching_stopped;
+  }
   if (g_late != nullptr) {
     Session* session = Session::Get();
     if (session != nullptr) {

@@ -70,6 +70,7 @@ void EnqueueHeldChecksBefore(bool writes);
 struct DeviceTotals {
   int64_t enqueued = 0, waits = 0, in_capture = 0, kernel_launches = 0;
   int64_t batches = 0;  // NANHUNT_GPU_BATCH: batches of held checks enqueued
+  std::string batching_stopped;  // NANHUNT_GPU_BATCH=auto: why, if it stopped
   std::string unavailable;
   std::string kernel_names_off;  // why there are no kernel names, if so
 };

@@ -849,6 +849,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         if (device.batches > 0) {
           w.PutMeta("device_check_batches", absl::StrCat(device.batches));
         }
+        if (!device.batching_stopped.empty()) {
+          w.PutMeta("gpu_batch_stopped", device.batching_stopped);
+        }
         if (!device.kernel_names_off.empty()) {
           w.PutMeta("kernel_names_off", device.kernel_names_off);
         }

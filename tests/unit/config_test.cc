@@ -177,11 +177,18 @@ TEST(Config, GpuBatchHoldsNothingBackUnlessAsked) {
   ASSERT_TRUE(batched.ok()) << batched.status();
   EXPECT_EQ(batched->gpu_batch, 32);
   EXPECT_NE(DescribeConfig(*batched).find("NANHUNT_GPU_BATCH=32"), std::string::npos);
+  auto automatic = Load({{"NANHUNT_GPU_BATCH", "Auto"}});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_TRUE(automatic->gpu_batch_auto);
+  EXPECT_EQ(automatic->gpu_batch, 32);
+  EXPECT_NE(DescribeConfig(*automatic).find("NANHUNT_GPU_BATCH=auto"), std::string::npos);
+  EXPECT_FALSE(batched->gpu_batch_auto);
   for (const char* bad : {"0", "33", "many", "2.5"}) {
     auto c = Load({{"NANHUNT_GPU_BATCH", bad}});
     ASSERT_FALSE(c.ok()) << bad;
-    EXPECT_EQ(c.status().message(), absl::StrCat("NANHUNT_GPU_BATCH='", bad,
-                                                 "' is not valid; allowed: an integer in [1, 32]"));
+    EXPECT_EQ(c.status().message(),
+              absl::StrCat("NANHUNT_GPU_BATCH='", bad,
+                           "' is not valid; allowed: an integer in [1, 32], or auto"));
   }
 }
 
