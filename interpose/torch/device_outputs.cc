@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +11,6 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check_batches.h"
 #include "core/cpu_check.h"
@@ -18,12 +18,12 @@
 #include "core/self_time.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/device_kernel_names.h"
-#include "interpose/torch_detect.h"
 #include "interpose/torch/plugin_path.h"
 #include "interpose/torch/python_api.h"
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/torch_compat.h"
+#include "interpose/torch_detect.h"
 
 namespace nanhunt {
 namespace {
