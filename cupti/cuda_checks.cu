@@ -180,7 +180,12 @@ bool CudaChecks::Enqueue(int slot, const DeviceTensor& tensor,
     return false;
   }
   event_of_[slot] = slot;
-  return Ok(cudaEventRecord(Event(events_, slot), s), "cudaEventRecord", error);
+  if (Ok(cudaEventRecord(Event(events_, slot), s), "cudaEventRecord", error)) return true;
+  // The slot goes back to the ring: the kernel launched into it must be
+  // done first (an error path: the host waits for this stream alone).
+  RelaxedCaptureMode relaxed;
+  cudaStreamSynchronize(s);
+  return false;
 }
 
 bool CudaChecks::EnqueueBatch(const int* slots, const DeviceTensor* tensors, int n,
@@ -199,6 +204,17 @@ bool CudaChecks::EnqueueBatch(const int* slots, const DeviceTensor* tensors, int
   // one per strided tensor. All on `s`: the event after the last launch
   // marks every slot of the batch finished.
   bool done[kMaxBatch] = {};
+  bool launched = false;
+  // A launch that fails after others succeeded: the slots go back to the
+  // ring, so the kernels already launched into them must have finished
+  // (an error path: the host waits for this stream alone).
+  auto fail = [&] {
+    if (launched) {
+      RelaxedCaptureMode relaxed;
+      cudaStreamSynchronize(s);
+    }
+    return false;
+  };
   for (int i = 0; i < n; ++i) {
     if (done[i]) continue;
     FinalCopy copy;
@@ -209,7 +225,8 @@ bool CudaChecks::EnqueueBatch(const int* slots, const DeviceTensor* tensors, int
       const int launch = LaunchCheckStrided(tensors[i].format, tensors[i].data,
                                             tensors[i].layout, limits,
                                             device_slots_ + slots[i], s, &copy);
-      if (!Ok(static_cast<cudaError_t>(launch), "check kernel launch", error)) return false;
+      if (!Ok(static_cast<cudaError_t>(launch), "check kernel launch", error)) return fail();
+      launched = true;
       continue;
     }
     BatchItem items[kMaxBatch];
@@ -227,12 +244,13 @@ bool CudaChecks::EnqueueBatch(const int* slots, const DeviceTensor* tensors, int
     if (!Ok(static_cast<cudaError_t>(LaunchCheckBatch(tensors[i].format, items, count,
                                                       limits, s)),
             "check kernel launch", error)) {
-      return false;
+      return fail();
     }
+    launched = true;
   }
   const int last = slots[n - 1];
   for (int i = 0; i < n; ++i) event_of_[slots[i]] = last;
-  return Ok(cudaEventRecord(Event(events_, last), s), "cudaEventRecord", error);
+  return Ok(cudaEventRecord(Event(events_, last), s), "cudaEventRecord", error) || fail();
 }
 
 bool CudaChecks::OrderAfterChecks(void* checked_stream, void* waiting_stream,
