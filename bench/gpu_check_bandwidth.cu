@@ -100,48 +100,35 @@ int main() {
                      std::chrono::steady_clock::now() - t0).count() / n;
     ring.DrainAll();
   }
+  // CPU cost per tensor of enqueueing batches of kMaxBatch `tensors`.
+  auto per_tensor_us = [&](const std::vector<gpu::DeviceTensor>& tensors) {
+    CheckRing ring(checks.get(), [](const PendingCheck&, const CheckCounts&) {});
+    const int batches = 16;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < batches; ++i) {
+      ring.EnqueueBatch(stream, std::vector<std::shared_ptr<void>>(gpu::kMaxBatch),
+                        [&](const int* slots, int n) {
+                          return checks->EnqueueBatch(slots, tensors.data(), n, limits,
+                                                      stream, &error);
+                        });
+    }
+    const double us = std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - t0).count() /
+                      (batches * gpu::kMaxBatch);
+    ring.DrainAll();
+    return us;
+  };
   // An op with a list of outputs (the optimizer's foreach ops): one launch
-  // per kMaxBatch tensors. The CPU cost per tensor checked.
-  double batch_us = 0;
-  {
-    CheckRing ring(checks.get(), [](const PendingCheck&, const CheckCounts&) {});
-    const int batches = 16;
-    std::vector<gpu::DeviceTensor> tensors(gpu::kMaxBatch, small);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < batches; ++i) {
-      ring.EnqueueBatch(stream, std::vector<std::shared_ptr<void>>(gpu::kMaxBatch),
-                        [&](const int* slots, int n) {
-                          return checks->EnqueueBatch(slots, tensors.data(), n, limits,
-                                                      stream, &error);
-                        });
-    }
-    batch_us = std::chrono::duration<double, std::micro>(
-                   std::chrono::steady_clock::now() - t0).count() / (batches * gpu::kMaxBatch);
-    ring.DrainAll();
-  }
+  // per kMaxBatch tensors of one format.
+  const double batch_us = per_tensor_us(std::vector<gpu::DeviceTensor>(gpu::kMaxBatch, small));
   // NANHUNT_GPU_BATCH's batches: outputs of consecutive ops under autocast,
-  // fp16 and fp32 alternating (two launches a batch). CPU cost per tensor.
-  double mixed_us = 0;
-  {
-    CheckRing ring(checks.get(), [](const PendingCheck&, const CheckCounts&) {});
-    const int batches = 16;
-    std::vector<gpu::DeviceTensor> tensors(gpu::kMaxBatch, small);
-    for (int i = 1; i < gpu::kMaxBatch; i += 2) {
-      tensors[i].format = Format::kF32;
-      tensors[i].count = 2048;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < batches; ++i) {
-      ring.EnqueueBatch(stream, std::vector<std::shared_ptr<void>>(gpu::kMaxBatch),
-                        [&](const int* slots, int n) {
-                          return checks->EnqueueBatch(slots, tensors.data(), n, limits,
-                                                      stream, &error);
-                        });
-    }
-    mixed_us = std::chrono::duration<double, std::micro>(
-                   std::chrono::steady_clock::now() - t0).count() / (batches * gpu::kMaxBatch);
-    ring.DrainAll();
+  // fp16 and fp32 alternating (two launches a batch).
+  std::vector<gpu::DeviceTensor> mixed(gpu::kMaxBatch, small);
+  for (int i = 1; i < gpu::kMaxBatch; i += 2) {
+    mixed[i].format = Format::kF32;
+    mixed[i].count = 2048;
   }
+  const double mixed_us = per_tensor_us(mixed);
   // What one enqueue is made of, measured alone: the floor under it.
   auto per_call_us = [](int n, auto&& call) {
     call();

@@ -76,19 +76,22 @@ struct Pending {
   int index;
 };
 
-// NANHUNT_GPU_BATCH (core/check_batches.h): a check held back until its
-// batch is enqueued. The tensor is held so that its memory is not reused
-// by the caching allocator before the check has read it.
-struct HeldCheck {
+// One output check to enqueue, and what became of it. Held back for a
+// batch (NANHUNT_GPU_BATCH, core/check_batches.h), its tensor keeps the
+// caching allocator from reusing the memory before the check has read it.
+struct OutputCheck {
   at::Tensor tensor;
   NanhuntDeviceTensor described;
   Pending* pending = nullptr;
+  bool enqueued = false;
+  bool held = false;  // NANHUNT_GPU_BATCH: enqueued (or counted) later
+  std::string error;  // when not
 };
 // Memory a batch keeps alive at most (then it is enqueued): small outputs
 // are what batching is for; a large one's check is GPU time anyway.
 constexpr int64_t kMaxHeldBytes = int64_t{64} << 20;
 absl::Mutex g_held_mu;  // held while a batch is enqueued: rings see batches in order
-CheckBatches<HeldCheck>* g_held ABSL_GUARDED_BY(g_held_mu) = nullptr;  // batching on
+CheckBatches<OutputCheck>* g_held ABSL_GUARDED_BY(g_held_mu) = nullptr;  // batching on
 const CudaLibrary* g_held_lib = nullptr;  // set with g_held
 std::atomic<bool> g_batching{false};  // g_held was made: read on every GPU op
 std::atomic<bool> g_any_held{false};  // g_held is not empty: read on every op
@@ -99,7 +102,7 @@ std::string* g_batching_stopped ABSL_GUARDED_BY(g_held_mu) = nullptr;
 // Batches taken for enqueuing. Let go of only after g_held_mu is released:
 // a held tensor's last reference may be its Python object's, and freeing
 // that takes the GIL, which a thread waiting for g_held_mu may hold.
-using HeldFlushes = std::vector<CheckBatches<HeldCheck>::Flush>;
+using HeldFlushes = std::vector<CheckBatches<OutputCheck>::Flush>;
 
 double ValueOf(Format format, const CheckCounts& c) {
   if (c.nan != 0) return std::numeric_limits<double>::quiet_NaN();
@@ -219,7 +222,7 @@ CudaLibrary& Library(Session& session) {
     if (session.config().gpu_batch > 1 && session.sampler() == nullptr && l->enqueue_many &&
         l->stream_takes_checks && l->order_after && l->legacy_forbidden) {
       absl::MutexLock lock(&g_held_mu);
-      g_held = new CheckBatches<HeldCheck>(session.config().gpu_batch, kMaxHeldBytes);
+      g_held = new CheckBatches<OutputCheck>(session.config().gpu_batch, kMaxHeldBytes);
       g_held_lib = l;
       g_batching.store(true, std::memory_order_release);
       if (session.config().gpu_batch_auto) g_foreign = new ForeignCudaCode(TrustedDirs(self));
@@ -316,7 +319,7 @@ void CountNotEnqueued(const std::string& error) {
 void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_held_mu) {
   for (auto& flush : flushes) {
-    std::vector<HeldCheck>& held = flush.entries;
+    std::vector<OutputCheck>& held = flush.entries;
     // Held on the legacy default stream while the stream this thread moved
     // to captures a graph: if that stream is a blocking one, a launch on
     // the legacy stream would end the capture. Those checks are lost,
@@ -362,16 +365,6 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
   // (or on one that waits for them).
 }
 
-// One output check to enqueue, and what became of it.
-struct OutputCheck {
-  at::Tensor tensor;
-  NanhuntDeviceTensor described;
-  Pending* pending = nullptr;
-  bool enqueued = false;
-  bool held = false;  // NANHUNT_GPU_BATCH: enqueued (or counted) later
-  std::string error;  // when not
-};
-
 // Enqueues everything held back, in order; returns it for the caller to
 // let go of after g_held_mu.
 HeldFlushes EnqueueAllHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_held_mu) {
@@ -415,20 +408,20 @@ bool HoldChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
   HeldFlushes done;  // let go of after the lock
   absl::MutexLock lock(&g_held_mu);
   if (g_held == nullptr) return false;  // drained at exit: op by op again
-  done = StopBatchingIfForeignCode();
-  if (!done.empty() || !g_batching.load(std::memory_order_relaxed)) return false;
+  // While checks are held, this op's start asked already
+  // (EnqueueHeldChecksBefore): asked here for the first check held.
+  if (g_held->empty()) StopBatchingIfForeignCode();  // nothing held: nothing to let go of
+  if (!g_batching.load(std::memory_order_relaxed)) return false;
   if (!holdable) {
     done = EnqueueAllHeld();
     return false;
   }
-  std::vector<HeldCheck> entries;
   int64_t bytes = 0;
   for (OutputCheck& c : checks) {
     bytes += c.tensor.numel() * static_cast<int64_t>(c.tensor.element_size());
-    entries.push_back(HeldCheck{c.tensor, c.described, c.pending});
     c.held = true;
   }
-  done = g_held->Add({device.index(), stream}, std::move(entries), bytes);
+  done = g_held->Add({device.index(), stream}, checks, bytes);
   EnqueueHeld(lib, done);
   g_any_held.store(!g_held->empty(), std::memory_order_release);
   return true;

@@ -73,8 +73,7 @@ unsigned long PythonThreadHere() {
 bool RaiseInPython(const char* message, unsigned long thread) {
   const PythonApi& py = Python();
   if (!py.ok || !py.IsInitialized() || py.IsFinalizing()) return false;
-  const bool python_thread = thread != 0 || py.ThisThreadState() != nullptr;
-  if (thread == 0 && python_thread) thread = py.ThreadIdent();
+  if (thread == 0 && py.ThisThreadState() != nullptr) thread = py.ThreadIdent();
   const int gil = py.GilEnsure();
   bool raised = false;
   void* globals = py.DictNew();
@@ -88,9 +87,9 @@ bool RaiseInPython(const char* message, unsigned long thread) {
       void* main = py.DictGetItemString(globals, "MAIN_THREAD");
       // An autograd worker has no Python frames: the exception goes to the
       // main thread, which is waiting in backward().
-      const unsigned long target =
-          python_thread || main == nullptr ? (thread != 0 ? thread : py.ThreadIdent())
-                                           : py.LongAsUnsignedLong(main);
+      const unsigned long target = thread != 0        ? thread
+                                   : main != nullptr ? py.LongAsUnsignedLong(main)
+                                                     : py.ThreadIdent();
       raised = cls != nullptr && py.SetAsyncExc(target, cls) == 1;
     }
   }
