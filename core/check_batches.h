@@ -6,16 +6,25 @@
 //
 // A held-back check is right as long as its tensor keeps the values its op
 // left until the check runs. The caller keeps every held tensor alive (its
-// memory cannot be reused), and a batch is enqueued on its tensors' stream
-// before anything that could change them:
-//   - an op that writes one of its arguments (in-place, out=, collectives,
-//     fills): every batch;
+// memory cannot be reused while its storage owns it), and a batch is
+// enqueued on its tensors' stream before anything that could change them:
+//   - an op that writes memory a held check reads (in-place, out=,
+//     collectives, fills, all judged by storage: a view's write counts for
+//     its whole storage), or that may write anything (no schema): every
+//     batch. Writes elsewhere flush nothing: autocast's casts copy into new
+//     tensors (_to_copy's copy_) in every layer, and an optimizer updates
+//     state nobody checked since; flushing at every write held 2.2 checks a
+//     launch in a GPT-2 step, flushing at these 9 to 12 (design.md);
 //   - an op whose thread's current stream on a batch's device is another
 //     one: that batch, and that stream is made to wait for it on the
 //     device, so that a write there (after the program synchronised the two
 //     streams, which nanhunt does not see) cannot overtake the check;
 //   - `max_checks` outputs or `max_bytes` held (the memory kept alive);
 //   - reads of values (GradScaler's scale), the end of the process: TakeAll.
+// A storage can also give its memory back without any op (FSDP frees
+// parameters with `untyped_storage().resize_(0)`): the caller takes such
+// checks out (TakeReleased) and counts them as unchecked, never launched
+// over memory that may hold something else by then.
 // Writes that bypass torch's operators (torch.compile's Triton kernels,
 // apex, extensions that launch their own kernels) are not seen: with those,
 // keep NANHUNT_GPU_BATCH=1, which holds nothing back.
@@ -33,6 +42,20 @@
 
 namespace nanhunt {
 
+// Memory a held check reads, or an op writes: [begin, end) of a storage.
+struct MemoryRange {
+  uintptr_t begin = 0, end = 0;
+  bool Overlaps(const MemoryRange& o) const { return begin < o.end && o.begin < end; }
+  bool operator==(const MemoryRange& o) const { return begin == o.begin && end == o.end; }
+};
+
+// What an op about to start may write.
+struct OpWrites {
+  bool anything = false;            // unknown (no schema): every held check's memory
+  std::vector<MemoryRange> ranges;  // the storages of the arguments it writes
+};
+
+// `Entry` has a `MemoryRange memory`: its storage's memory when it was held.
 template <class Entry>
 class CheckBatches {
  public:
@@ -54,14 +77,16 @@ class CheckBatches {
 
   bool empty() const { return batches_.empty(); }
 
-  // Before an op starts. `writes`: it may write one of its arguments.
-  // `current_stream(device)`: the thread's current stream there.
-  std::vector<Flush> BeforeOp(bool writes, const std::function<void*(int)>& current_stream) {
+  // Before an op starts: what it may write, and
+  // `current_stream(device)`, the thread's current stream there.
+  std::vector<Flush> BeforeOp(const OpWrites& writes,
+                              const std::function<void*(int)>& current_stream) {
+    const bool overwrites = writes.anything || HoldsAnyOf(writes.ranges);
     std::vector<Flush> flushes;
     for (size_t i = 0; i < batches_.size();) {
       void* now = current_stream(batches_[i].key.device);
       const bool moved = now != batches_[i].key.stream;
-      if (!writes && !moved) {
+      if (!overwrites && !moved) {
         ++i;
         continue;
       }
@@ -99,6 +124,30 @@ class CheckBatches {
     return flushes;
   }
 
+  // Entries whose memory their storage gave back (`released`), taken out
+  // in order. Their batches' byte counts stay as they were: a batch that
+  // lost entries is enqueued a little early, never late.
+  std::vector<Entry> TakeReleased(const std::function<bool(const Entry&)>& released) {
+    std::vector<Entry> taken;
+    bool any = false;  // asked at every op start: move nothing when none is
+    for (const Batch& b : batches_) {
+      for (const Entry& e : b.entries) any = any || released(e);
+    }
+    if (!any) return taken;
+    for (size_t i = 0; i < batches_.size();) {
+      std::vector<Entry>& entries = batches_[i].entries;
+      std::vector<Entry> kept;
+      for (Entry& e : entries) (released(e) ? taken : kept).push_back(std::move(e));
+      entries = std::move(kept);
+      if (entries.empty()) {
+        batches_.erase(batches_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    return taken;
+  }
+
   // Everything held, in order, without waits.
   std::vector<Flush> TakeAll() {
     std::vector<Flush> flushes;
@@ -112,6 +161,17 @@ class CheckBatches {
     std::vector<Entry> entries;
     int64_t bytes = 0;
   };
+
+  bool HoldsAnyOf(const std::vector<MemoryRange>& ranges) const {
+    for (const MemoryRange& r : ranges) {
+      for (const Batch& b : batches_) {
+        for (const Entry& e : b.entries) {
+          if (e.memory.Overlaps(r)) return true;
+        }
+      }
+    }
+    return false;
+  }
 
   Flush Take(size_t i, bool order_after, void* waiting_stream) {
     Flush f{batches_[i].key, std::move(batches_[i].entries), order_after, waiting_stream};

@@ -199,7 +199,7 @@ const Setting kSettings[] = {
       "on a GPU with every op checked (not sample mode), how many op outputs "
       "one batch of checks covers: 1 checks each op's outputs right after "
       "the op; more holds outputs back (alive) "
-      "until that many wait, 64 MiB of them, an op writes a tensor or "
+      "until that many wait, 64 MiB of them, an op writes one of them or "
       "changes stream, then checks them with one launch per dtype: less host "
       "time a check, results a few ops later. Right only when every write to "
       "a GPU tensor goes through torch's operators: not with torch.compile, "

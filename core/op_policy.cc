@@ -102,4 +102,8 @@ bool IsBookkeepingRecord(absl::string_view name) {
          absl::StartsWith(name, "profiler::");
 }
 
+bool WritesNoValues(absl::string_view record) {
+  return record == "detach" || record == "detach_";
+}
+
 }  // namespace nanhunt

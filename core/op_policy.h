@@ -52,4 +52,10 @@ bool MatchesOpPattern(absl::string_view op, absl::string_view overload,
 // no tensors and must not count as an enclosing op.
 bool IsBookkeepingRecord(absl::string_view name);
 
+// Records without a schema that write no tensor values: autograd's
+// `detach` and `detach_` (VariableTypeManual's own RECORD_FUNCTION; detach_
+// changes autograd metadata only). Any other record without a schema may
+// write anything, as far as held-back GPU checks are concerned.
+bool WritesNoValues(absl::string_view record);
+
 }  // namespace nanhunt

@@ -153,7 +153,7 @@ PY
 ) | tee "$build"/graph-check.txt || { failed+=("CUDA graph capture"); tail -20 "$build"/graph.log; }
 
 echo "== checks held back for batches (NANHUNT_GPU_BATCH=32): demo, and writes after the op"
-for scenario in demo same-stream other-stream; do
+for scenario in demo same-stream other-stream released unrelated-writes; do
   rm -rf "$build/batch-$scenario"
   if [[ $scenario == demo ]]; then cmd=(demo/train.py --device cuda)
   else cmd=(tests/gpu/batched_checks.py "$scenario"); fi
@@ -195,6 +195,18 @@ for scenario in ("same-stream", "other-stream"):
     print(f"batched, write after the op ({scenario}): first origin {o.get('op')}: "
           f"{'OK' if good else 'WRONG (the held check saw the later write)'}")
     ok &= good
+m = meta("batch-released")
+o = origin("batch-released")
+good = o.get("op") == "aten::exp" and int(m.get("outputs_released_before_check", 0)) >= 1
+print(f"batched, memory released before the check: first origin {o.get('op')}, "
+      f"{m.get('outputs_released_before_check', 0)} dropped: "
+      f"{'OK' if good else 'WRONG (a check read memory its storage gave back)'}")
+ok &= good
+m = meta("batch-unrelated-writes")
+per_batch = int(m.get("device_checks", 0)) / max(1, int(m.get("device_check_batches", 0)))
+print(f"batched, writes to memory nothing held reads: {per_batch:.1f} checks a batch: "
+      f"{'OK' if per_batch >= 16 else 'WRONG (flushed at writes that change no held check)'}")
+ok &= per_batch >= 16
 # auto: batches until the probe (linked against the CUDA runtime) loads.
 m = meta("batch-auto")
 stopped = m.get("gpu_batch_stopped", "")

@@ -15,6 +15,7 @@
 #include "core/check_batches.h"
 #include "core/cpu_check.h"
 #include "core/foreign_cuda_code.h"
+#include "core/op_policy.h"
 #include "core/self_time.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/device_kernel_names.h"
@@ -86,6 +87,10 @@ struct OutputCheck {
   bool enqueued = false;
   bool held = false;  // NANHUNT_GPU_BATCH: enqueued (or counted) later
   std::string error;  // when not
+  // Held: the storage (kept even if the tensor is set_ to another) and the
+  // memory it owned then, which it may give back without any op.
+  c10::Storage storage;
+  MemoryRange memory;
 };
 // Memory a batch keeps alive at most (then it is enqueued): small outputs
 // are what batching is for; a large one's check is GPU time anyway.
@@ -96,6 +101,7 @@ const CudaLibrary* g_held_lib = nullptr;  // set with g_held
 std::atomic<bool> g_batching{false};  // g_held was made: read on every GPU op
 std::atomic<bool> g_any_held{false};  // g_held is not empty: read on every op
 std::atomic<int64_t> g_batches{0};    // batches enqueued
+std::atomic<int64_t> g_released{0};   // held outputs whose memory went first
 // NANHUNT_GPU_BATCH=auto: what ends batching, and why it ended (the trace).
 ForeignCudaCode* g_foreign ABSL_GUARDED_BY(g_held_mu) = nullptr;
 std::string* g_batching_stopped ABSL_GUARDED_BY(g_held_mu) = nullptr;
@@ -103,6 +109,19 @@ std::string* g_batching_stopped ABSL_GUARDED_BY(g_held_mu) = nullptr;
 // a held tensor's last reference may be its Python object's, and freeing
 // that takes the GIL, which a thread waiting for g_held_mu may hold.
 using HeldFlushes = std::vector<CheckBatches<OutputCheck>::Flush>;
+
+// The memory a storage owns now; empty for one without real memory
+// (torch.compile's fake tensors while it traces, symbolic sizes).
+MemoryRange MemoryOf(const c10::Storage& storage) {
+  if (!storage || storage.sym_nbytes().is_heap_allocated()) return {};
+  const auto begin = reinterpret_cast<uintptr_t>(storage.unsafeGetStorageImpl()->data_ptr().get());
+  return {begin, begin + storage.nbytes()};
+}
+
+// A held output whose storage no longer owns the memory it had (FSDP's
+// `untyped_storage().resize_(0)`, `set_` on a view of it): its values are
+// gone, and a check launched now would read whatever took the memory.
+bool MemoryReleased(const OutputCheck& check) { return !(MemoryOf(check.storage) == check.memory); }
 
 double ValueOf(Format format, const CheckCounts& c) {
   if (c.nan != 0) return std::numeric_limits<double>::quiet_NaN();
@@ -313,13 +332,31 @@ void CountNotEnqueued(const std::string& error) {
   }
 }
 
+// Held outputs taken out because their memory went first: delivered as
+// nothing checked, counted unchecked (and why, for the trace).
+void DropReleased(OutputCheck& check) {
+  g_released.fetch_add(1, std::memory_order_relaxed);
+  CountUnchecked(/*on_device=*/true);
+  const CheckCounts nothing;
+  Deliver(check.pending, &nothing);  // takes it
+  check.pending = nullptr;
+}
+
 // Enqueues batches held back, in order, each on its own stream, NANHUNT_MAX_BATCH
 // checks per call (one launch per dtype), then makes a stream that changed
 // wait for them. The caller lets go of `flushes` after g_held_mu.
 void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_held_mu) {
   for (auto& flush : flushes) {
-    std::vector<OutputCheck>& held = flush.entries;
+    std::vector<OutputCheck>& all = flush.entries;  // let go of by the caller
+    std::vector<OutputCheck*> held;                  // whose memory is still theirs
+    for (OutputCheck& check : all) {
+      if (MemoryReleased(check)) {
+        DropReleased(check);
+      } else {
+        held.push_back(&check);
+      }
+    }
     // Held on the legacy default stream while the stream this thread moved
     // to captures a graph: if that stream is a blocking one, a launch on
     // the legacy stream would end the capture. Those checks are lost,
@@ -331,8 +368,8 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
       std::vector<NanhuntDeviceTensor> described;
       std::vector<void*> contexts;
       for (size_t k = first; k < first + n; ++k) {
-        described.push_back(held[k].described);
-        contexts.push_back(held[k].pending);
+        described.push_back(held[k]->described);
+        contexts.push_back(held[k]->pending);
       }
       std::string error = "the legacy stream while a blocking stream is capturing";
       bool ok = false;
@@ -349,7 +386,7 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
       for (size_t k = first; k < first + n; ++k) {
         CountNotEnqueued(error);
         const CheckCounts nothing;
-        Deliver(held[k].pending, &nothing);  // takes it
+        Deliver(held[k]->pending, &nothing);  // takes it
       }
     }
     if (flush.order_after && !forbidden) {
@@ -420,6 +457,8 @@ bool HoldChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
   for (OutputCheck& c : checks) {
     bytes += c.tensor.numel() * static_cast<int64_t>(c.tensor.element_size());
     c.held = true;
+    c.storage = c.tensor.storage();
+    c.memory = MemoryOf(c.storage);
   }
   done = g_held->Add({device.index(), stream}, checks, bytes);
   EnqueueHeld(lib, done);
@@ -460,6 +499,43 @@ void EnqueueChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
       if (!ok) checks[k].error = error;
     }
   }
+}
+
+// The memory an op about to start may write: its written and out=
+// arguments' storages (a view's write counts for its whole storage), or
+// anything when it has no schema to say (except records known to write no
+// values: autograd's detach).
+OpWrites WritesOf(const at::RecordFunction& fn, const OpTraits& traits) {
+  OpWrites writes;
+  if (!traits.handle) {
+    writes.anything = !WritesNoValues(fn.name());
+    return writes;
+  }
+  if (!traits.writes) return writes;
+  const auto inputs = fn.inputs();
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage() || WithoutOwnMemory(t)) return;
+    writes.ranges.push_back(MemoryOf(t.storage()));
+  };
+  for (const std::vector<int>* args : {&traits.written_args, &traits.out_args}) {
+    for (int i : *args) {
+      if (i < 0 || static_cast<size_t>(i) >= inputs.size()) {
+        writes.anything = true;  // not where the schema says: assume the worst
+        continue;
+      }
+      const c10::IValue& v = inputs[static_cast<size_t>(i)];
+      if (v.isTensor()) {
+        add(v.toTensor());
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorVector()) add(t);
+      } else if (v.isList()) {  // Tensor?[]
+        for (const c10::IValue& e : v.toListRef()) {
+          if (e.isTensor()) add(e.toTensor());
+        }
+      }
+    }
+  }
+  return writes;
 }
 
 }  // namespace
@@ -678,15 +754,21 @@ void DrainDeviceChecks() {
 
 bool DeviceChecksHeld() { return g_any_held.load(std::memory_order_acquire); }
 
-void EnqueueHeldChecksBefore(bool writes) {
+void EnqueueHeldChecksBefore(const at::RecordFunction& fn, const OpTraits& traits) {
   HeldFlushes flushes;  // let go of after the lock
+  std::vector<OutputCheck> released;
   absl::MutexLock lock(&g_held_mu);
   if (g_held == nullptr || g_held->empty()) return;
   // Foreign code may run before the next op's end (a compiled graph's
   // Triton kernels after its first allocation): checked at op starts too.
   flushes = StopBatchingIfForeignCode();
   if (!flushes.empty()) return;
-  flushes = g_held->BeforeOp(writes, [](int device) -> void* {
+  // Memory given back since the last op, before this op can take it.
+  released = g_held->TakeReleased(&MemoryReleased);
+  for (OutputCheck& check : released) DropReleased(check);
+  g_any_held.store(!g_held->empty(), std::memory_order_release);
+  if (g_held->empty()) return;
+  flushes = g_held->BeforeOp(WritesOf(fn, traits), [](int device) -> void* {
     void* stream = nullptr;
     std::string why;
     torch_compat::CurrentStreamHandle(c10::Device(c10::DeviceType::CUDA,
@@ -704,6 +786,7 @@ DeviceTotals GetDeviceTotals() {
   totals.enqueued = g_enqueued.load();
   totals.in_capture = g_in_capture.load();
   totals.batches = g_batches.load();
+  totals.released = g_released.load();
   {
     absl::MutexLock lock(&g_held_mu);
     if (g_batching_stopped != nullptr) totals.batching_stopped = *g_batching_stopped;

@@ -59,17 +59,18 @@ void SetLateVerdictHandler(std::function<void(const LateOp&, Verdict)> fn);
 void DrainDeviceChecks();
 
 // NANHUNT_GPU_BATCH (core/check_batches.h): whether checks are held back
-// now (cheap, read on every op), and, before an op starts, enqueuing those
-// the op could change (`writes`: it may write one of its arguments) or
-// whose stream it leaves.
+// now (cheap, read on every op), and, before op `fn` starts, enqueuing
+// those it could change (it writes their memory, or has no schema to say)
+// or whose stream it leaves, and dropping those whose memory went first.
 bool DeviceChecksHeld();
-void EnqueueHeldChecksBefore(bool writes);
+void EnqueueHeldChecksBefore(const at::RecordFunction& fn, const OpTraits& traits);
 
 // For the trace: checks enqueued, ring waits, outputs left unchecked in
 // CUDA graph capture, and why the GPU path is off (empty when it is on).
 struct DeviceTotals {
   int64_t enqueued = 0, waits = 0, in_capture = 0, kernel_launches = 0;
   int64_t batches = 0;  // NANHUNT_GPU_BATCH: batches of held checks enqueued
+  int64_t released = 0;  // held outputs whose storage gave its memory back first
   std::string batching_stopped;  // NANHUNT_GPU_BATCH=auto: why, if it stopped
   std::string unavailable;
   std::string kernel_names_off;  // why there are no kernel names, if so

@@ -620,10 +620,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         }
         if (DeviceChecksHeld()) {
           // NANHUNT_GPU_BATCH: checks held back run before this op could
-          // change their tensors (an op without a schema might).
-          const OpTraits& traits = TraitsOf(fn);
+          // change their tensors.
           ts.busy = true;
-          EnqueueHeldChecksBefore(traits.writes || !traits.handle);
+          EnqueueHeldChecksBefore(fn, TraitsOf(fn));
           ts.busy = false;
         }
         if (!Sampled(*Session::Get(), f.name)) {
@@ -848,6 +847,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         w.PutMeta("kernel_launches", absl::StrCat(device.kernel_launches));
         if (device.batches > 0) {
           w.PutMeta("device_check_batches", absl::StrCat(device.batches));
+        }
+        if (device.released > 0) {
+          w.PutMeta("outputs_released_before_check", absl::StrCat(device.released));
         }
         if (!device.batching_stopped.empty()) {
           w.PutMeta("gpu_batch_stopped", device.batching_stopped);

@@ -12,6 +12,14 @@ the tensor is written again before the batch is enqueued.
     stream after that event, so the side stream must be made to wait for it
     (CudaChecks::OrderAfterChecks); the default stream is kept busy first
     so that, without that wait, the write would race the check.
+  released: y = x * 2 is finite and held; its storage then gives its memory
+    back without any op (`untyped_storage().resize_(0)`, as FSDP frees
+    parameters), and exp(20) = inf lands in it. The held check must be
+    dropped (meta outputs_released_before_check), never launched over the
+    inf: the first origin is aten::exp, never aten::mul.
+  unrelated-writes: 200 ops whose outputs are held, each followed by casts
+    that copy into new tensors (copy_ writes, but nothing held): batches
+    stay full (the checker wants 16 or more checks a batch).
 
 Each prints "done"; the checker reads the first origin from the trace."""
 import sys
@@ -35,6 +43,16 @@ for step in range(2):
         with torch.cuda.stream(side):
             z.mul_(40000.0)
         torch.cuda.current_stream().wait_stream(side)
+    elif scenario == "released":
+        twenty = torch.full((n,), 20.0, device="cuda", dtype=torch.float16)
+        y = x * 2.0
+        y.untyped_storage().resize_(0)
+        e = torch.exp(twenty)  # the same size: the allocator reuses y's block
+        del e, twenty
+    elif scenario == "unrelated-writes":
+        s = torch.ones(1024, device="cuda", dtype=torch.float16)
+        for _ in range(200):
+            s = (s * 1.0001).float().half()
     else:
         sys.exit(f"unknown scenario {scenario}")
 torch.cuda.synchronize()

@@ -27,5 +27,13 @@ TEST(OpPolicy, UninitialisedCopyingAndFillingOpsAreKnown) {
   EXPECT_TRUE(PassesInputThrough("aten::_unsafe_view"));
 }
 
+TEST(OpPolicy, OnlyAutogradsDetachRecordsAreKnownToWriteNoValues) {
+  // Records without a schema: anything else may write any tensor.
+  EXPECT_TRUE(WritesNoValues("detach"));
+  EXPECT_TRUE(WritesNoValues("detach_"));
+  EXPECT_FALSE(WritesNoValues("aten::detach_"));
+  EXPECT_FALSE(WritesNoValues("my_extension_op"));
+}
+
 }  // namespace
 }  // namespace nanhunt
