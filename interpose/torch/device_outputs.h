@@ -30,10 +30,6 @@ struct DeviceOpCall {
   size_t kernel_mark = 0;  // DeviceKernelMark() at the op's start
 };
 
-// CUPTI: this thread's kernel launches so far (0 before the GPU library is
-// loaded), and forgetting them (at the end of a top-level op). Cheap.
-size_t DeviceKernelMark();
-void ForgetDeviceKernels();
 
 // True when the op had floating-point outputs on a GPU: they are checked
 // there (or counted unchecked with the reason) and the CPU path has nothing
@@ -50,20 +46,11 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
 bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session,
                         std::function<void(const std::vector<double>&)> then);
 
-// Called with each late op's verdict (NaN guard, auto fp32), on the drain
-// thread. Set once, before any op.
-void SetLateVerdictHandler(std::function<void(const LateOp&, Verdict)> fn);
 
 // Delivers every result still in flight (waits for the GPU). Called before
 // the interpreter exits, while CUDA is still up.
 void DrainDeviceChecks();
 
-// NANHUNT_GPU_BATCH (core/check_batches.h): whether checks are held back
-// now (cheap, read on every op), and, before op `fn` starts, enqueuing
-// those it could change (it writes their memory, or has no schema to say)
-// or whose stream it leaves, and dropping those whose memory went first.
-bool DeviceChecksHeld();
-void EnqueueHeldChecksBefore(const at::RecordFunction& fn, const OpTraits& traits);
 
 // For the trace: checks enqueued, ring waits, outputs left unchecked in
 // CUDA graph capture, and why the GPU path is off (empty when it is on).

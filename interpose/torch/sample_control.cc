@@ -11,7 +11,7 @@
 #include "core/budget.h"
 #include "core/sampler.h"
 #include "core/self_time.h"
-#include "interpose/torch/device_kernel_names.h"
+#include "interpose/torch/cuda_library.h"
 #include "interpose/torch/observation.h"
 #include "interpose/torch/session.h"
 
