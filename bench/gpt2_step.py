@@ -42,25 +42,34 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
+# (start, stop), called around the measured steps: bench/batch_replay.py
+# records their ops.
+STEP_HOOK = None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--anomaly", action="store_true")
+    # AdamW's foreach implementation, CUDA's default, also on the CPU.
+    p.add_argument("--foreach", action="store_true")
     a = p.parse_args()
     vocab, d, layers, heads, seq, batch = (
         (512, 64, 2, 4, 64, 2) if a.tiny else (50257, 768, 12, 12, 1024, 8))
     torch.manual_seed(0)
     dev = torch.device(a.device)
     model = GPT(vocab, d, layers, heads, seq).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True if a.foreach else None)
     scaler = torch.amp.GradScaler(dev.type)
     torch.autograd.set_detect_anomaly(a.anomaly)
     data = torch.randint(0, vocab, (batch, seq + 1), device=dev)
     times, fb_gpu, fb_host = [], [], []
     cuda = dev.type == "cuda"
     for step in range(a.steps + 3):  # 3 warm-up steps
+        if step == 3 and STEP_HOOK:
+            STEP_HOOK[0]()
         # Forward and backward: the GPU's time (events) against the host's
         # time to issue them (GradScaler's step waits for the GPU only
         # after). Host time at or above GPU time: the GPU waited for the
@@ -91,6 +100,8 @@ def main():
             times.append(ms)
             fb_gpu.append(fb_ms)
             fb_host.append((t1 - t0) * 1000)
+    if STEP_HOOK:
+        STEP_HOOK[1]()
     print(f"step_ms {statistics.median(times):.3f} loss {loss.item():.4f} "
           f"fb_gpu_ms {statistics.median(fb_gpu):.3f} "
           f"fb_host_ms {statistics.median(fb_host):.3f}")

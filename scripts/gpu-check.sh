@@ -219,13 +219,17 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/batch-check.txt || { failed+=("held-back checks"); tail -5 "$build"/batch-*.log; }
 
+echo "== held-back batches replayed over a GPT-2-small step's CUDA ops (a model of the policy)"
+"$python" bench/batch_replay.py --device cuda --steps 1 2>/dev/null | grep -v "^step_ms" | tee "$build"/batch-replay.txt \
+  || failed+=("batch replay")
+
 echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / anomaly"
 "$python" bench/gpt2_bench.py --build "$build" --rounds 2 | tee "$build"/gpt2.txt || failed+=("GPT-2 benchmark")
 
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check raise-check streams-check graph-check batch-check; do
+for part in demo-cuda-check raise-check streams-check graph-check batch-check batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done
 sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt 2>/dev/null
