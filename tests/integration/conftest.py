@@ -3,6 +3,7 @@ LibTorch test binary) under the real preload library, and reads the real
 SQLite trace back through `nanhunt view --json`."""
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,22 @@ DEMO = ROOT / "demo" / "train.py"
 PYTHON = sys.executable
 
 
+# torch's fp16 kernels on the CPU round differently with each instruction
+# set: where the CPU has fp16 arithmetic of its own (AVX512-FP16, Sapphire
+# Rapids) the demo's scores overflow at step 22, elsewhere at step 26. The
+# tests pin AVX2 (ATen's kernels and oneDNN's matmuls) so that every x86
+# machine trains the same numbers, the ones the README quotes.
+SAME_KERNELS_EVERYWHERE = (
+    {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    if platform.machine() == "x86_64" else {})
+
+
 def clean_env(**extra):
-    """The environment without any NANHUNT_* or LD_PRELOAD of the caller."""
+    """The environment without any NANHUNT_* or LD_PRELOAD of the caller,
+    with the CPU's kernels pinned (SAME_KERNELS_EVERYWHERE)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
+    env.update(SAME_KERNELS_EVERYWHERE)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
