@@ -65,7 +65,8 @@ def print_trace_figures(meta, steps):
           f"{meta.get('check_ring_waits', '?')}, kernel names {names}, GradScaler "
           f"updates recorded {meta['loss_scale_rows']} of {steps}")
     print(f"{'':<4}{host}; {float(meta['device_checks']) / steps:.0f} outputs checked, "
-          f"{meta.get('host_us_per_enqueue', '?')} us an enqueue (one tensor or a batch), "
+          f"{meta.get('host_us_per_gpu_op', '?')} us of an op's callbacks for its GPU "
+          f"outputs, {meta.get('host_us_per_enqueue', '?')} us an enqueue (one tensor or a batch), "
           + (f"{float(meta['device_checks']) / float(meta['device_check_batches']):.1f} "
              "checks a held-back batch, " if "device_check_batches" in meta else "") +
           (f"batching stopped: {meta['gpu_batch_stopped']}, " if "gpu_batch_stopped" in meta

@@ -38,10 +38,14 @@ SelfTime::Totals SelfTime::Get(Kind kind) const {
 
 std::vector<std::pair<std::string, std::string>> SelfTime::MetaRows() const {
   std::vector<std::pair<std::string, std::string>> rows;
-  const Totals op = Get(kOp), enqueue = Get(kEnqueue), delivery = Get(kDelivery);
+  const Totals op = Get(kOp), enqueue = Get(kEnqueue), delivery = Get(kDelivery),
+               gpu_op = Get(kGpuOp);
   if (op.timed > 0) {
     rows.emplace_back("host_us_per_op", absl::StrFormat("%.2f", op.mean_us));
     rows.emplace_back("ops_observed", absl::StrCat(op.events));
+  }
+  if (gpu_op.timed > 0) {
+    rows.emplace_back("host_us_per_gpu_op", absl::StrFormat("%.2f", gpu_op.mean_us));
   }
   if (enqueue.timed > 0) {
     rows.emplace_back("host_us_per_enqueue", absl::StrFormat("%.2f", enqueue.mean_us));

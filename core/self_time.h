@@ -1,6 +1,7 @@
 // nanhunt's own host time, for the trace's meta: what a monitored op's
-// callbacks cost the thread that runs the op, what enqueueing a GPU check
-// costs, and the time spent delivering GPU results (on the drain thread,
+// callbacks cost the thread that runs the op, how much of that an op with
+// GPU outputs spends on them (its late op and checks), what enqueueing a
+// GPU check costs, and the time spent delivering GPU results (on the drain thread,
 // or on an enqueuing thread when the ring is full). Whether
 // every-op checking on a GPU is held back by the host or by the device is
 // read from these and the step time (bench/gpt2_bench.py prints both).
@@ -21,7 +22,9 @@ namespace nanhunt {
 class SelfTime {
  public:
   static constexpr uint64_t kEvery = 64;
-  enum Kind { kOp, kEnqueue, kDelivery, kKinds };
+  // kGpuOp: the part of an op's end callback that turns its GPU outputs
+  // into a late op and checks (enqueues included), per op with GPU outputs.
+  enum Kind { kOp, kEnqueue, kDelivery, kGpuOp, kKinds };
 
   // Monotonic nanoseconds.
   static int64_t NowNs();
@@ -41,8 +44,8 @@ class SelfTime {
   Totals Get(Kind kind) const;
 
   // Meta rows (key, value): host_us_per_op, ops_observed, and where GPU
-  // checks ran, host_us_per_enqueue and delivery_seconds. Kinds
-  // nothing was timed for are left out.
+  // checks ran, host_us_per_gpu_op, host_us_per_enqueue and
+  // delivery_seconds. Kinds nothing was timed for are left out.
   std::vector<std::pair<std::string, std::string>> MetaRows() const;
 
  private:

@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
+#include "core/self_time.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/cuda_library.h"
 #include "interpose/torch/enqueue_checks.h"
@@ -72,6 +73,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     any = any || IsCheckableOnDevice(t);
   });
   if (!any) return false;
+  SelfTimer timer(SelfTime::kGpuOp);
   // A composite op's outputs are its nested ops' outputs, checked there.
   if (traits.composite) return true;
   CudaLibrary& lib = Library(session);

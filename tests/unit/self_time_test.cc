@@ -38,11 +38,14 @@ TEST(SelfTimeTest, MetaScalesTimedEventsBackUp) {
   EXPECT_EQ(rows["host_us_per_op"], "3.00");
   EXPECT_EQ(rows["ops_observed"], std::to_string(2 * SelfTime::kEvery));
   EXPECT_EQ(rows.count("host_us_per_enqueue"), 0u);
+  EXPECT_EQ(rows.count("host_us_per_gpu_op"), 0u);
   EXPECT_EQ(rows.count("delivery_seconds"), 0u);
   t.Add(SelfTime::kEnqueue, 6500);
+  t.Add(SelfTime::kGpuOp, 9000);
   t.Add(SelfTime::kDelivery, 1000000);  // 1 ms, standing for kEvery of them
   rows = Rows(t);
   EXPECT_EQ(rows["host_us_per_enqueue"], "6.50");
+  EXPECT_EQ(rows["host_us_per_gpu_op"], "9.00");
   EXPECT_EQ(rows["delivery_seconds"], "0.064");
 }
 
