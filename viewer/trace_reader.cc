@@ -375,6 +375,18 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
         "gradients were not checked and no such step can be skipped (a check "
         "would read the gradients on the host and end the capture)"));
   }
+  // NANHUNT_GPU_BATCH: outputs whose memory went before their late check,
+  // and why batching stopped (auto), which stderr said once, mid-run.
+  if (auto it = t.meta.find("outputs_released_before_check");
+      it != t.meta.end() && it->second != "0") {
+    t.problems.push_back(absl::StrCat(
+        it->second, " GPU op outputs held back for a batch gave their memory back "
+        "before their check ran (a storage freed without an op, as FSDP frees "
+        "parameters): not checked; NANHUNT_GPU_BATCH=1 checks each right after its op"));
+  }
+  if (auto it = t.meta.find("gpu_batch_stopped"); it != t.meta.end()) {
+    t.problems.push_back(absl::StrCat("NANHUNT_GPU_BATCH=auto stopped batching: ", it->second));
+  }
   if (t.meta.count("ended") == 0) {
     t.problems.push_back(
         "the process did not finish cleanly (killed, crashed, or still "

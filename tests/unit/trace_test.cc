@@ -229,6 +229,30 @@ TEST_F(TraceTest, TheViewSaysWhatTheGpuChecked) {
   EXPECT_EQ(RenderText(Summarise({*cpu}), 120, false).find("gpu:"), std::string::npos);
 }
 
+TEST_F(TraceTest, HeldBackChecksThatWereDroppedOrStoppedAreNotes) {
+  // NANHUNT_GPU_BATCH: outputs whose memory went before their check, and
+  // auto's stop, which stderr said only once, mid-run.
+  WriteMeta({{"outputs_released_before_check", "7"},
+             {"gpu_batch_stopped",
+              "/opt/ext/libmyop.so launches CUDA kernels of its own: checks op by op "
+              "from then on"}});
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->problems.size(), 2u);
+  EXPECT_NE(t->problems[0].find("7 GPU op outputs held back for a batch gave their memory "
+                                "back before their check ran"),
+            std::string::npos)
+      << t->problems[0];
+  EXPECT_NE(t->problems[1].find("NANHUNT_GPU_BATCH=auto stopped batching: /opt/ext/libmyop.so"),
+            std::string::npos)
+      << t->problems[1];
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  WriteMeta({{"outputs_released_before_check", "0"}});
+  auto none = ReadTrace(path_);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->problems.empty());
+}
+
 TEST_F(TraceTest, NoGraphCaptureNoNote) {
   WriteMeta({{"outputs_in_graph_capture", "0"}});
   auto t = ReadTrace(path_);
