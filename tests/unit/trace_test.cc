@@ -145,7 +145,9 @@ TEST_F(TraceTest, ALongRunStaysUnderTheCapAndKeepsEveryFinding) {
   (*w)->Close();
   struct stat st{};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
-  EXPECT_LT(st.st_size, cap);
+  // With room to spare: thinning alone leaves pages partly used and the
+  // file grew to 98 % of the cap here (and past it once, in a real run).
+  EXPECT_LT(st.st_size, cap * 8 / 10);
   auto t = ReadTrace(path_);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->findings.size(), 200u) << "findings are never dropped";
