@@ -42,9 +42,9 @@ WRITES_NO_VALUES = {"detach", "detach_"}
 NOT_OPS = {1, 7}  # BACKWARD_FUNCTION, USER_SCOPE
 
 
-def record(args, steps, path):
-    """Runs `steps` training steps under the observer (after warm-up)."""
-    sys.argv = ["gpt2_step.py", "--device", args.device, "--steps", str(steps),
+def record(args, path):
+    """Runs `args.steps` training steps under the observer (after warm-up)."""
+    sys.argv = ["gpt2_step.py", "--device", args.device, "--steps", str(args.steps),
                 "--foreach"] + (["--tiny"] if args.tiny else [])
     observer = ExecutionTraceObserver().register_callback(str(path))
     gpt2_step.STEP_HOOK = (observer.start, observer.stop)
@@ -68,8 +68,7 @@ class Traits:
             args = [a for a in re.split(r",\s*", params.split("(", 1)[1]) if a != "*"]
             self.written = [i for i, a in enumerate(args) if "!)" in a]
             rets = [r for r in re.split(r",\s*", returns.strip("()")) if r]
-            self.view = (not self.written and rets and all("(" in r for r in rets)
-                         and not returns.startswith("()"))
+            self.view = bool(not self.written and rets and all("(" in r for r in rets))
         self.view = self.view or self.name in PASSES_INPUT
         self.composite = self.has_schema and torch._C._dispatch_has_kernel_for_dispatch_key(
             schema.split("(", 1)[0], "CompositeImplicitAutograd")
@@ -170,7 +169,7 @@ def main():
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
-        record(args, args.steps, path)
+        record(args, path)
         nodes = json.loads(path.read_text())["nodes"]
     print(f"{args.steps} steps of bench/gpt2_step.py --device {args.device}"
           f"{' --tiny' if args.tiny else ''} --foreach, batches of {MAX_CHECKS}:")

@@ -13,7 +13,7 @@
 //     its whole storage), or that may write anything (no schema): every
 //     batch. Writes elsewhere flush nothing: autocast's casts copy into new
 //     tensors (_to_copy's copy_) in every layer, and flushing at every
-//     write made batches of 2.6 checks in a GPT-2 step's ops, against 27.0
+//     write made batches of 2.6 checks in a tiny GPT-2 step's ops, against ~27
 //     with this rule (bench/batch_replay.py, design.md);
 //   - an op whose thread's current stream on a batch's device is another
 //     one: that batch, and that stream is made to wait for it on the

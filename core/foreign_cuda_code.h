@@ -43,7 +43,7 @@ class ForeignCudaCode {
 };
 
 // The basenames an object needs (DT_NEEDED), from its dynamic section as
-// loaded; for tests and for the reason given in the trace.
+// loaded (what Find reads; public for its test).
 std::vector<std::string> NeededBy(const dl_phdr_info* info);
 
 }  // namespace nanhunt

@@ -201,6 +201,13 @@ TraceIdentity ReadIdentity(const std::string& path) {
   return id;
 }
 
+// A note for a count in the meta that is not zero: "<count><says>".
+void NoteCount(Trace& t, const char* key, absl::string_view says) {
+  if (auto it = t.meta.find(key); it != t.meta.end() && it->second != "0") {
+    t.problems.push_back(absl::StrCat(it->second, says));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
@@ -360,30 +367,21 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   }
   // CUDA graphs: what was captured was never checked, and a replay runs
   // no op through torch's dispatcher, so nothing of it is seen again.
-  if (auto it = t.meta.find("outputs_in_graph_capture");
-      it != t.meta.end() && it->second != "0") {
-    t.problems.push_back(absl::StrCat(
-        it->second, " op outputs were captured into CUDA graphs: not checked "
-        "when captured nor when the graphs replay; to check those ops, run "
-        "them once uncaptured (torch.compile without mode=\"reduce-overhead\", "
-        "or eagerly)"));
-  }
-  if (auto it = t.meta.find("optimizer_steps_in_graph_capture");
-      it != t.meta.end() && it->second != "0") {
-    t.problems.push_back(absl::StrCat(
-        it->second, " optimizer steps ran inside a CUDA graph capture: their "
-        "gradients were not checked and no such step can be skipped (a check "
-        "would read the gradients on the host and end the capture)"));
-  }
+  NoteCount(t, "outputs_in_graph_capture",
+            " op outputs were captured into CUDA graphs: not checked "
+            "when captured nor when the graphs replay; to check those ops, run "
+            "them once uncaptured (torch.compile without mode=\"reduce-overhead\", "
+            "or eagerly)");
+  NoteCount(t, "optimizer_steps_in_graph_capture",
+            " optimizer steps ran inside a CUDA graph capture: their "
+            "gradients were not checked and no such step can be skipped (a check "
+            "would read the gradients on the host and end the capture)");
   // NANHUNT_GPU_BATCH: outputs whose memory went before their late check,
   // and why batching stopped (auto), which stderr said once, mid-run.
-  if (auto it = t.meta.find("outputs_released_before_check");
-      it != t.meta.end() && it->second != "0") {
-    t.problems.push_back(absl::StrCat(
-        it->second, " GPU op outputs held back for a batch gave their memory back "
-        "before their check ran (a storage freed without an op, as FSDP frees "
-        "parameters): not checked; NANHUNT_GPU_BATCH=1 checks each right after its op"));
-  }
+  NoteCount(t, "outputs_released_before_check",
+            " GPU op outputs held back for a batch gave their memory back "
+            "before their check ran (a storage freed without an op, as FSDP frees "
+            "parameters): not checked; NANHUNT_GPU_BATCH=1 checks each right after its op");
   if (auto it = t.meta.find("gpu_batch_stopped"); it != t.meta.end()) {
     t.problems.push_back(absl::StrCat("NANHUNT_GPU_BATCH=auto stopped batching: ", it->second));
   }

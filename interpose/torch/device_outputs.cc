@@ -240,12 +240,7 @@ void DrainDeviceChecks() {
 
 DeviceTotals GetDeviceTotals() {
   DeviceTotals totals;
-  const EnqueueTotals enqueued = GetEnqueueTotals();
-  totals.enqueued = enqueued.enqueued;
-  totals.in_capture = enqueued.in_capture;
-  totals.batches = enqueued.batches;
-  totals.released = enqueued.released;
-  totals.batching_stopped = enqueued.batching_stopped;
+  static_cast<EnqueueTotals&>(totals) = GetEnqueueTotals();
   if (LateResults() != nullptr) {
     Session* session = Session::Get();
     if (session != nullptr) {

@@ -11,6 +11,7 @@
 
 #include "core/late_ops.h"
 #include "core/monitor.h"
+#include "interpose/torch/enqueue_checks.h"
 #include "interpose/torch/op_check.h"
 
 namespace nanhunt {
@@ -52,15 +53,13 @@ bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session
 void DrainDeviceChecks();
 
 
-// For the trace: checks enqueued, ring waits, outputs left unchecked in
-// CUDA graph capture, and why the GPU path is off (empty when it is on).
-struct DeviceTotals {
-  int64_t enqueued = 0, waits = 0, in_capture = 0, kernel_launches = 0;
-  int64_t batches = 0;  // NANHUNT_GPU_BATCH: batches of held checks enqueued
-  int64_t released = 0;  // held outputs whose storage gave its memory back first
-  std::string batching_stopped;  // NANHUNT_GPU_BATCH=auto: why, if it stopped
+// For the trace: what was enqueued (EnqueueTotals), ring waits, kernel
+// launches seen, and why the GPU path or its kernel names are off (empty
+// when on).
+struct DeviceTotals : EnqueueTotals {
+  int64_t waits = 0, kernel_launches = 0;
   std::string unavailable;
-  std::string kernel_names_off;  // why there are no kernel names, if so
+  std::string kernel_names_off;
 };
 DeviceTotals GetDeviceTotals();
 
