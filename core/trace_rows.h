@@ -65,6 +65,15 @@ struct EscalationRow {
   double time = 0;
 };
 
+// Op outputs no check read (core/unchecked_outputs.h): `outputs` of `op`
+// in `phase`, between `first_step` and `last_step`, for `reason`
+// ("graph_capture", "not_enqueued", "released_before_check",
+// "gpu_path_off", "unreadable").
+struct UncheckedRow {
+  std::string op, phase, reason;
+  int64_t outputs = 0, first_step = 0, last_step = 0;
+};
+
 // Something that happened to the run itself (config change, warning).
 struct EventRow {
   double time = 0;

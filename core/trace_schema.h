@@ -4,7 +4,7 @@
 
 namespace nanhunt {
 
-inline constexpr int kTraceSchemaVersion = 5;
+inline constexpr int kTraceSchemaVersion = 6;
 
 inline constexpr const char kTraceSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -28,6 +28,9 @@ CREATE TABLE IF NOT EXISTS skipped_steps(
   step INTEGER, first_op TEXT, forward_op TEXT, time REAL);
 CREATE TABLE IF NOT EXISTS escalations(
   step INTEGER, until_step INTEGER, why TEXT, time REAL);
+CREATE TABLE IF NOT EXISTS unchecked_outputs(
+  op TEXT, phase TEXT, reason TEXT, outputs INTEGER, first_step INTEGER,
+  last_step INTEGER);
 )sql";
 
 }  // namespace nanhunt

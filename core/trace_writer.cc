@@ -78,6 +78,8 @@ TraceWriter::TraceWriter(std::string path, sqlite3* db,
                      &skip_stmt_, nullptr);
   sqlite3_prepare_v2(db_, "INSERT INTO escalations VALUES(?,?,?,?)", -1,
                      &escalation_stmt_, nullptr);
+  sqlite3_prepare_v2(db_, "INSERT INTO unchecked_outputs VALUES(?,?,?,?,?,?)", -1,
+                     &unchecked_stmt_, nullptr);
   thread_ = StartQuietThread([this] { Run(); });
 }
 
@@ -85,7 +87,7 @@ TraceWriter::~TraceWriter() {
   Close();
   for (sqlite3_stmt* s :
        {meta_stmt_, stats_stmt_, finding_stmt_, step_stmt_, event_stmt_,
-        scale_stmt_, skip_stmt_, escalation_stmt_}) {
+        scale_stmt_, skip_stmt_, escalation_stmt_, unchecked_stmt_}) {
     sqlite3_finalize(s);
   }
   sqlite3_close(db_);
@@ -108,6 +110,7 @@ void TraceWriter::Add(EventRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(LossScaleRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(SkipRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(EscalationRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(UncheckedRow row) { Enqueue(std::move(row)); }
 
 void TraceWriter::Flush(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
@@ -310,6 +313,14 @@ void TraceWriter::Write(const Row& row) {
     sqlite3_bind_int64(s, 2, x->until_step);
     BindText(s, 3, x->why);
     sqlite3_bind_double(s, 4, x->time);
+  } else if (const auto* u = std::get_if<UncheckedRow>(&row)) {
+    s = unchecked_stmt_;
+    BindText(s, 1, u->op);
+    BindText(s, 2, u->phase);
+    BindText(s, 3, u->reason);
+    sqlite3_bind_int64(s, 4, u->outputs);
+    sqlite3_bind_int64(s, 5, u->first_step);
+    sqlite3_bind_int64(s, 6, u->last_step);
   } else if (const auto* e = std::get_if<EventRow>(&row)) {
     s = event_stmt_;
     sqlite3_bind_double(s, 1, e->time);

@@ -45,6 +45,7 @@ class TraceWriter {
   void Add(LossScaleRow row);
   void Add(SkipRow row);
   void Add(EscalationRow row);
+  void Add(UncheckedRow row);
 
   // Commits everything queued so far; returns when it is on disk (or when
   // `timeout` passed). Thread-safe.
@@ -63,7 +64,7 @@ class TraceWriter {
     std::string key, value;
   };
   using Row = std::variant<MetaRow, OpStatsRow, FindingRow, StepRow, EventRow,
-                           LossScaleRow, SkipRow, EscalationRow>;
+                           LossScaleRow, SkipRow, EscalationRow, UncheckedRow>;
 
   TraceWriter(std::string path, sqlite3* db,
               std::chrono::milliseconds flush_interval, int64_t max_bytes);
@@ -93,6 +94,7 @@ class TraceWriter {
   sqlite3_stmt* scale_stmt_ = nullptr;
   sqlite3_stmt* skip_stmt_ = nullptr;
   sqlite3_stmt* escalation_stmt_ = nullptr;
+  sqlite3_stmt* unchecked_stmt_ = nullptr;
 
   mutable absl::Mutex mu_;
   std::vector<Row> queue_ ABSL_GUARDED_BY(mu_);

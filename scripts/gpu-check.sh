@@ -142,12 +142,17 @@ import json, sys
 plain, monitored = (next((l for l in open(p) if l.startswith("replayed ")), "none")
                     for p in sys.argv[1:3])
 try:
-    notes = " ".join(json.load(open(sys.argv[3]))["problems"])
+    view = json.load(open(sys.argv[3]))
+    notes, unchecked = " ".join(view["problems"]), view["unchecked_ops"]
 except Exception as e:
-    notes = repr(e)
+    notes, unchecked = repr(e), []
+# The trace names the captured ops (the model's addmm among them), not only a count.
+captured = [(u["op"], u["phase"]) for u in unchecked if u["reason"] == "graph_capture"]
+print("captured, unchecked:", captured[:6], "..." if len(captured) > 6 else "")
 ok = (plain != "none" and plain == monitored and "captured into CUDA graphs" in notes
-      and "inside a CUDA graph capture" in notes)
-print(f"CUDA graph capture: {'replays identical to unmonitored, capture noted' if ok else 'WRONG'}")
+      and "inside a CUDA graph capture" in notes and ("aten::addmm", "forward") in captured
+      and len(captured) >= 3)
+print(f"CUDA graph capture: {'replays identical to unmonitored, captured ops named' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/graph-check.txt || { failed+=("CUDA graph capture"); tail -20 "$build"/graph.log; }
@@ -197,10 +202,16 @@ for scenario in ("same-stream", "other-stream"):
     ok &= good
 m = meta("batch-released")
 o = origin("batch-released")
-good = o.get("op") == "aten::exp" and int(m.get("outputs_released_before_check", 0)) >= 1
+try:
+    dropped = [u["op"] for u in json.load(open(build / "batch-released.json"))["unchecked_ops"]
+               if u["reason"] == "released_before_check"]
+except Exception as e:
+    dropped = [repr(e)]
+good = (o.get("op") == "aten::exp" and int(m.get("outputs_released_before_check", 0)) >= 1
+        and dropped == ["aten::mul"])
 print(f"batched, memory released before the check: first origin {o.get('op')}, "
-      f"{m.get('outputs_released_before_check', 0)} dropped: "
-      f"{'OK' if good else 'WRONG (a check read memory its storage gave back)'}")
+      f"{m.get('outputs_released_before_check', 0)} dropped ({', '.join(dropped) or 'no op named'}): "
+      f"{'OK' if good else 'WRONG (a check read memory its storage gave back, or the op is not named)'}")
 ok &= good
 m = meta("batch-unrelated-writes")
 per_batch = int(m.get("device_checks", 0)) / max(1, int(m.get("device_check_batches", 0)))

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -175,6 +176,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
   std::set<std::string> commands, dtypes, settings;
   std::map<std::pair<std::string, std::string>, OpTotals> ops;
+  std::map<std::tuple<std::string, std::string, std::string>, UncheckedRow> unchecked;
   std::map<std::string, PhaseTotals> phases;
   std::set<int64_t> bad_steps;
   for (const Trace& t : traces) {
@@ -336,12 +338,27 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
         s.escalations.push_back({e, FoundInWindow(t.findings, e)});
       }
     }
+    for (const UncheckedRow& u : t.unchecked) {
+      UncheckedRow& total = unchecked[{u.op, u.phase, u.reason}];
+      if (total.outputs == 0) {
+        total = u;
+        continue;
+      }
+      total.outputs += u.outputs;
+      total.first_step = std::min(total.first_step, u.first_step);
+      total.last_step = std::max(total.last_step, u.last_step);
+    }
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
     }
   }
   std::sort(s.mask_ops.begin(), s.mask_ops.end());
+  for (auto& [key, u] : unchecked) s.unchecked.push_back(std::move(u));
+  std::stable_sort(s.unchecked.begin(), s.unchecked.end(),
+                   [](const UncheckedRow& a, const UncheckedRow& b) {
+                     return a.outputs > b.outputs;
+                   });
   for (auto& [key, o] : ops) {
     o.mask = o.nan == 0 && o.nonfinite() > 0 &&
              std::binary_search(s.mask_ops.begin(), s.mask_ops.end(), o.op);
@@ -760,6 +777,18 @@ std::string RenderJson(const RunSummary& s) {
   j.EndArray();
   j.Key("mask_ops").BeginArray();
   for (const std::string& op : s.mask_ops) j.String(op);
+  j.EndArray();
+  j.Key("unchecked_ops").BeginArray();
+  for (const UncheckedRow& u : s.unchecked) {
+    j.BeginObject();
+    j.Key("op").String(u.op);
+    j.Key("phase").String(u.phase);
+    j.Key("reason").String(u.reason);
+    j.Key("outputs").Int(u.outputs);
+    j.Key("first_step").Int(u.first_step);
+    j.Key("last_step").Int(u.last_step);
+    j.EndObject();
+  }
   j.EndArray();
   j.Key("ops").BeginArray();
   for (const OpTotals& o : s.ops) {

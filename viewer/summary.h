@@ -66,6 +66,9 @@ struct RunSummary {
     std::optional<FindingRow> found;
   };
   std::vector<Escalation> escalations;  // of the first trace that has any
+  // Outputs no check read, per op, phase and reason, over all traces (most
+  // outputs first).
+  std::vector<UncheckedRow> unchecked;
   int64_t steps = 0, origins = 0, inputs = 0, propagated = 0, received = 0;
   std::vector<std::string> problems;   // "<trace>: <problem>"
 };

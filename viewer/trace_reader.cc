@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/unchecked_outputs.h"
 #include "viewer/run_groups.h"
 
 namespace nanhunt {
@@ -201,11 +202,16 @@ TraceIdentity ReadIdentity(const std::string& path) {
   return id;
 }
 
-// A note for a count in the meta that is not zero: "<count><says>".
-void NoteCount(Trace& t, const char* key, absl::string_view says) {
-  if (auto it = t.meta.find(key); it != t.meta.end() && it->second != "0") {
-    t.problems.push_back(absl::StrCat(it->second, says));
-  }
+// A note for a count in the meta that is not zero: "<count><what><then>",
+// with the ops whose outputs it counts for `reasons` (schema 6) between:
+// "<count><what> (<ops>)<then>".
+void NoteCount(Trace& t, const char* key, absl::string_view what, absl::string_view then = "",
+               absl::Span<const UncheckedReason> reasons = {}) {
+  auto it = t.meta.find(key);
+  if (it == t.meta.end() || it->second == "0") return;
+  const std::string ops = DescribeUncheckedOps(t.unchecked, reasons);
+  t.problems.push_back(
+      absl::StrCat(it->second, what, ops.empty() ? "" : " (" + ops + ")", then));
 }
 
 }  // namespace
@@ -346,6 +352,18 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           },
           t.problems);
   }
+  if (HasTable(db, "unchecked_outputs", t.problems)) {  // schema 6 and later
+    Query(db, "unchecked_outputs",
+          "SELECT op, phase, reason, outputs, first_step, last_step FROM unchecked_outputs "
+          "ORDER BY outputs DESC, op",
+          [&](sqlite3_stmt* s) {
+            t.unchecked.push_back(UncheckedRow{Text(s, 0), Text(s, 1), Text(s, 2),
+                                               sqlite3_column_int64(s, 3),
+                                               sqlite3_column_int64(s, 4),
+                                               sqlite3_column_int64(s, 5)});
+          },
+          t.problems);
+  }
   progress.reset();
   sqlite3_close(db);
   if (t.meta.empty() && !t.problems.empty()) {
@@ -360,28 +378,35 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   if (auto it = t.meta.find("outputs_unchecked");
       it != t.meta.end() && it->second != "0") {
     auto reason = t.meta.find("unchecked_reason");
+    const std::string ops = DescribeUncheckedOps(t.unchecked, kCountedUnchecked);
     t.problems.push_back(absl::StrCat(
         it->second, " floating-point op outputs were not checked",
         reason != t.meta.end() ? " (" + reason->second + ")" : std::string(),
-        ": \"all finite\" covers only what was checked"));
+        ops.empty() ? ": " : ": " + ops + "; ",
+        "\"all finite\" covers only what was checked"));
   }
   // CUDA graphs: what was captured was never checked, and a replay runs
   // no op through torch's dispatcher, so nothing of it is seen again.
+  static constexpr UncheckedReason kCaptured[] = {UncheckedReason::kGraphCapture};
   NoteCount(t, "outputs_in_graph_capture",
-            " op outputs were captured into CUDA graphs: not checked "
-            "when captured nor when the graphs replay; to check those ops, run "
-            "them once uncaptured (torch.compile without mode=\"reduce-overhead\", "
-            "or eagerly)");
+            " op outputs were captured into CUDA graphs",
+            ": not checked when captured nor when the graphs replay; to check those "
+            "ops, run them once uncaptured (torch.compile without "
+            "mode=\"reduce-overhead\", or eagerly)",
+            kCaptured);
   NoteCount(t, "optimizer_steps_in_graph_capture",
             " optimizer steps ran inside a CUDA graph capture: their "
             "gradients were not checked and no such step can be skipped (a check "
             "would read the gradients on the host and end the capture)");
   // NANHUNT_GPU_BATCH: outputs whose memory went before their late check,
   // and why batching stopped (auto), which stderr said once, mid-run.
+  static constexpr UncheckedReason kReleased[] = {UncheckedReason::kReleased};
   NoteCount(t, "outputs_released_before_check",
             " GPU op outputs held back for a batch gave their memory back "
-            "before their check ran (a storage freed without an op, as FSDP frees "
-            "parameters): not checked; NANHUNT_GPU_BATCH=1 checks each right after its op");
+            "before their check ran",
+            " (a storage freed without an op, as FSDP frees parameters): not checked; "
+            "NANHUNT_GPU_BATCH=1 checks each right after its op",
+            kReleased);
   if (auto it = t.meta.find("gpu_batch_stopped"); it != t.meta.end()) {
     t.problems.push_back(absl::StrCat("NANHUNT_GPU_BATCH=auto stopped batching: ", it->second));
   }

@@ -45,6 +45,7 @@ struct Trace {
   std::vector<LossScaleRow> loss_scale;  // GradScaler updates, in order
   std::vector<SkipRow> skips;  // optimizer steps nanhunt skipped (schema 3)
   std::vector<EscalationRow> escalations;  // sample mode (schema 5)
+  std::vector<UncheckedRow> unchecked;     // outputs no check read (schema 6)
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   std::vector<std::string> problems;  // what could not be read, and why
 };

@@ -83,7 +83,10 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   }
   if (!lib.unavailable.empty()) {
     ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
-      if (IsCheckableOnDevice(t)) CountUnchecked(/*on_device=*/true);
+      if (IsCheckableOnDevice(t)) {
+        CountUnchecked(OutputOwner{call.name, call.phase}, UncheckedReason::kGpuPathOff,
+                       /*on_device=*/true);
+      }
     });
     return true;
   }
@@ -158,7 +161,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       sizes.assign(t.sizes().begin(), t.sizes().end());  // shape formatted later
       device_outputs.emplace_back(t, static_cast<int>(op->outputs.size()));
     } else if (!CheckTensor(t, limits, facts)) {
-      CountIfUnreadable(t);
+      CountIfUnreadable(t, OwnerOf(*op));
       return;
     }
     op->outputs.push_back(std::move(facts));
@@ -187,7 +190,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     const int index = check.pending->index;
     delete check.pending;
     // Not checked, and said so: never read as finite.
-    CountNotEnqueued(check.error);
+    CountNotEnqueued(OwnerOf(*op), check.error);
     // Zero elements: counted as a call, not as values found finite.
     op->outputs[index].counts = CheckCounts{};
     op->pending.fetch_sub(1, std::memory_order_acq_rel);

@@ -54,7 +54,7 @@ bool MemoryReleased(const OutputCheck& check) { return !(MemoryOf(check.storage)
 // nothing checked, counted unchecked (and why, for the trace).
 void DropReleased(OutputCheck& check) {
   g_released.fetch_add(1, std::memory_order_relaxed);
-  CountUnchecked(/*on_device=*/true);
+  CountUnchecked(OwnerOf(*check.pending->op), UncheckedReason::kReleased, /*on_device=*/true);
   const CheckCounts nothing;
   DeliverResult(check.pending, &nothing);  // takes it
   check.pending = nullptr;
@@ -102,7 +102,7 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
         continue;
       }
       for (size_t k = first; k < first + n; ++k) {
-        CountNotEnqueued(error);
+        CountNotEnqueued(OwnerOf(*held[k]->pending->op), error);
         const CheckCounts nothing;
         DeliverResult(held[k]->pending, &nothing);  // takes it
       }
@@ -267,12 +267,12 @@ bool EnqueueOnStream(const CudaLibrary& lib, c10::Device device,
   return EnqueueOn(lib, device.index(), stream, described, contexts, n, error);
 }
 
-void CountNotEnqueued(const std::string& error) {
-  if (error.find("capturing") != std::string::npos) {
-    g_in_capture.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    CountUnchecked(/*on_device=*/true);
-  }
+void CountNotEnqueued(const OutputOwner& owner, const std::string& error) {
+  const bool captured = error.find("capturing") != std::string::npos;
+  if (captured) g_in_capture.fetch_add(1, std::memory_order_relaxed);
+  CountUnchecked(owner,
+                 captured ? UncheckedReason::kGraphCapture : UncheckedReason::kNotEnqueued,
+                 /*on_device=*/true);
 }
 
 void EnqueueOrHold(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {

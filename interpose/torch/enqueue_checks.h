@@ -49,9 +49,12 @@ bool EnqueueOnStream(const CudaLibrary& lib, c10::Device device,
                      const NanhuntDeviceTensor* described, void* const* contexts, int n,
                      std::string* error);
 
-// An output whose check was not enqueued, and why: counted, never read as
-// finite (in graph capture, or unchecked).
-void CountNotEnqueued(const std::string& error);
+// An output of `owner` whose check was not enqueued, and why (`error`):
+// counted, never read as finite (in graph capture, or unchecked).
+void CountNotEnqueued(const OutputOwner& owner, const std::string& error);
+
+// What an unchecked output of a GPU op is filed under.
+inline OutputOwner OwnerOf(const LateOp& op) { return {op.op, op.phase, op.step}; }
 
 // NANHUNT_GPU_BATCH in every-op mode, from the library's first use on.
 void StartHoldingChecks(Session& session, const CudaLibrary& lib);

@@ -256,7 +256,19 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   return cache.emplace(key, traits).first->second;
 }
 
-void CountUnchecked(bool on_device) {
+UncheckedOutputs& UncheckedOps() {
+  static auto* ops = new UncheckedOutputs;  // leaked, like the session
+  return *ops;
+}
+
+void CountUnchecked(const OutputOwner& owner, UncheckedReason why, bool on_device) {
+  int64_t step = owner.step;
+  if (step < 0) {
+    Session* session = Session::Get();
+    step = session != nullptr ? session->monitor().step() : 0;
+  }
+  UncheckedOps().Add(owner.op, owner.phase, why, step);
+  if (why == UncheckedReason::kGraphCapture) return;
   g_unchecked.fetch_add(1, std::memory_order_relaxed);
   if (on_device) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
 }
@@ -275,13 +287,13 @@ bool InHostMemory(const at::Tensor& t) {
 
 }  // namespace
 
-void CountIfUnreadable(const at::Tensor& t) {
+void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
   // Floating-point values the check cannot see (CUDA without the GPU path,
   // sparse, meta...): counted, so that no report claims "all finite" about
   // values nobody looked at.
-  if (t.defined() && torch_compat::FormatOf(t.scalar_type()) && !WithoutOwnMemory(t) &&
-      !InHostMemory(t)) {
-    CountUnchecked(t.is_cuda());
+  if (!owner.outputs_are_nested_ops && t.defined() && torch_compat::FormatOf(t.scalar_type()) &&
+      !WithoutOwnMemory(t) && !InHostMemory(t)) {
+    CountUnchecked(owner, UncheckedReason::kUnreadable, t.is_cuda());
   }
 }
 
@@ -323,7 +335,7 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
   return true;
 }
 
-void CheckOutputs(const std::vector<c10::IValue>& outputs,
+void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,
                   const CheckLimits& limits, CacheUse cache,
                   uint64_t reuse_after, std::vector<TensorFacts>& facts,
                   std::vector<at::Tensor>& tensors) {
@@ -334,7 +346,7 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs,
         facts.push_back(std::move(f));
         tensors.push_back(t);
       } else {
-        CountIfUnreadable(t);
+        CountIfUnreadable(t, owner);
       }
     });
   }

@@ -14,6 +14,7 @@
 
 #include "core/loss_scale_storages.h"
 #include "core/monitor.h"
+#include "core/unchecked_outputs.h"
 
 namespace nanhunt {
 
@@ -64,6 +65,17 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
 // mark at its start can tell results of its own nested ops from older ones.
 uint64_t CacheMark();
 
+// The op whose outputs are checked: what an output no check read is filed
+// under (core/unchecked_outputs.h), so that the trace names the ops.
+struct OutputOwner {
+  absl::string_view op;
+  Phase phase = Phase::kForward;
+  int64_t step = -1;  // -1: the monitor's step when it is counted
+  // A composite op (OpTraits::composite): its outputs are its nested ops',
+  // which counted those they could not read.
+  bool outputs_are_nested_ops = false;
+};
+
 // Values scanned and values whose result was reused, over the process (for
 // the trace's metadata: what the check cost).
 struct ScanTotals {
@@ -72,15 +84,19 @@ struct ScanTotals {
   bool unchecked_on_device = false;  // some of them on a GPU
 };
 ScanTotals GetScanTotals();
-// A floating output no check could read (a GPU output the GPU path could
-// not take): counted so that no report reads "all finite".
-void CountUnchecked(bool on_device);
+// A floating output of `owner` no check read, and why: filed under its op
+// (UncheckedOps) and, except when it was captured into a CUDA graph
+// (EnqueueTotals::in_capture counts those), counted in ScanTotals so that
+// no report reads "all finite".
+void CountUnchecked(const OutputOwner& owner, UncheckedReason why, bool on_device);
+// Every op's unchecked outputs, for the trace at exit.
+UncheckedOutputs& UncheckedOps();
 // Counts `t`, an op's output that CheckTensor refused, when it holds
 // floating-point values that the check could not read (on a GPU without
 // the GPU path, sparse, meta); tensors without memory of their own (fake
 // tensors while torch.compile traces) are not counted. An input is never
 // counted: the op's inputs on a GPU are read from earlier ops' results.
-void CountIfUnreadable(const at::Tensor& t);
+void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner);
 
 // True when every floating-point tensor among `inputs` and `outputs` has the
 // same dtype (a copy that converts nothing).
@@ -90,8 +106,9 @@ bool SameFloatingDtype(const std::vector<c10::IValue>& inputs,
 // True when a Python float or Scalar argument is NaN or infinite.
 bool HasNonFiniteScalar(const std::vector<c10::IValue>& inputs);
 
-// Checks every tensor among `outputs`; appends facts and the tensors.
-void CheckOutputs(const std::vector<c10::IValue>& outputs,
+// Checks every tensor among `outputs` of `owner`; appends facts and the
+// tensors.
+void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,
                   const CheckLimits& limits, CacheUse cache,
                   uint64_t reuse_after, std::vector<TensorFacts>& facts,
                   std::vector<at::Tensor>& tensors);

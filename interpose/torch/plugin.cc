@@ -500,7 +500,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   ts.output_tensors.clear();
   // Ops made of nested ops reuse what those found for the same memory
   // (results remembered since this op began); all others scan.
-  CheckOutputs(fn.outputs(), monitor.limits(),
+  CheckOutputs(fn.outputs(), OutputOwner{frame.name, call.phase, -1, traits.composite},
+               monitor.limits(),
                traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
                                              : CacheUse::kRemember,
                frame.cache_mark, ts.output_facts, ts.output_tensors);
@@ -865,6 +866,8 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       }
       for (const auto& [key, value] : GlobalSelfTime().MetaRows()) w.PutMeta(key, value);
       const ScanTotals totals = GetScanTotals();
+      const std::vector<UncheckedRow> unchecked = UncheckedOps().Rows();
+      for (const UncheckedRow& row : unchecked) w.Add(row);
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
       w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));
@@ -908,10 +911,12 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         const std::string why = device.unavailable.empty()
                                     ? "the GPU check could not be enqueued"
                                     : device.unavailable;
+        const std::string ops = DescribeUncheckedOps(unchecked, kCountedUnchecked);
         fprintf(stderr,
                 "nanhunt: %lld floating-point op outputs lived on a GPU and "
-                "were NOT checked (%s).\n",
-                static_cast<long long>(totals.unchecked), why.c_str());
+                "were NOT checked (%s)%s%s.\n",
+                static_cast<long long>(totals.unchecked), why.c_str(),
+                ops.empty() ? "" : ": ", ops.c_str());
         w.PutMeta("unchecked_reason", "outputs on a GPU: " + why);
       }
     });

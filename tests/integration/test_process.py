@@ -140,7 +140,12 @@ def test_outputs_the_check_cannot_read_are_counted_not_called_finite(out, tmp_pa
     r = preload_run([PYTHON, script], out)
     assert r.returncode == 0, r.stderr
     report = view_json(out)
-    assert any("were not checked" in p for p in report["problems"]), report["problems"]
+    assert any("1 floating-point op outputs were not checked" in p and "aten::mm (forward) 1" in p
+               for p in report["problems"]), report["problems"]
+    # Which op, and why; matmul's output is mm's, counted once.
+    assert report["unchecked_ops"] == [
+        {"op": "aten::mm", "phase": "forward", "reason": "unreadable", "outputs": 1,
+         "first_step": 0, "last_step": 0}], report["unchecked_ops"]
 
 
 def test_a_helper_the_training_starts_does_not_hide_the_trainings_trace(out):

@@ -206,6 +206,58 @@ TEST_F(TraceTest, WhatCudaGraphsKeptFromTheCheckIsANote) {
   EXPECT_NE(text.find("when the graphs replay"), std::string::npos) << text;
 }
 
+TEST_F(TraceTest, TheOpsWhoseOutputsWentUncheckedAreNamedWithWhy) {
+  // Schema 6: the notes name the ops behind each count, and the JSON lists
+  // every (op, phase, reason) with its outputs and steps.
+  {
+    auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+    ASSERT_TRUE(w.ok()) << w.status();
+    (*w)->PutMeta("ended", "1");
+    (*w)->PutMeta("outputs_in_graph_capture", "144");
+    (*w)->PutMeta("outputs_unchecked", "3");
+    (*w)->PutMeta("unchecked_reason", "outputs on a GPU: the GPU check could not be enqueued");
+    (*w)->Add(UncheckedRow{"aten::addmm", "forward", "graph_capture", 96, 3, 3});
+    (*w)->Add(UncheckedRow{"aten::add_", "optimizer", "graph_capture", 48, 3, 3});
+    (*w)->Add(UncheckedRow{"aten::mul", "backward", "not_enqueued", 3, 8, 11});
+    (*w)->Close();
+  }
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->unchecked.size(), 3u);
+  ASSERT_EQ(t->problems.size(), 2u);
+  EXPECT_NE(t->problems[0].find("3 floating-point op outputs were not checked (outputs on a "
+                                "GPU: the GPU check could not be enqueued): aten::mul "
+                                "(backward) 3; \"all finite\""),
+            std::string::npos)
+      << t->problems[0];
+  EXPECT_NE(t->problems[1].find("144 op outputs were captured into CUDA graphs (aten::addmm "
+                                "(forward) 96, aten::add_ (optimizer) 48): not checked"),
+            std::string::npos)
+      << t->problems[1];
+  const std::string json = RenderJson(Summarise({*t, *t}));  // two ranks add up
+  EXPECT_NE(json.find("\"unchecked_ops\":[{\"op\":\"aten::addmm\",\"phase\":\"forward\","
+                      "\"reason\":\"graph_capture\",\"outputs\":192,\"first_step\":3,"
+                      "\"last_step\":3}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("{\"op\":\"aten::mul\",\"phase\":\"backward\",\"reason\":"
+                      "\"not_enqueued\",\"outputs\":6,\"first_step\":8,\"last_step\":11}]"),
+            std::string::npos)
+      << json;
+}
+
+TEST_F(TraceTest, ATraceWithoutTheUncheckedTableStillSaysTheCounts) {
+  // Schema 5 and older: the counts without the ops.
+  WriteMeta({{"outputs_in_graph_capture", "412"}});
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->problems.size(), 1u);
+  EXPECT_NE(t->problems[0].find("412 op outputs were captured into CUDA graphs: not checked"),
+            std::string::npos)
+      << t->problems[0];
+  EXPECT_NE(RenderJson(Summarise({*t})).find("\"unchecked_ops\":[]"), std::string::npos);
+}
+
 TEST_F(TraceTest, TheViewSaysWhatTheGpuChecked) {
   // Checks enqueued, the batches that carried them, and how often a full
   // result ring made the training's thread wait.
