@@ -168,7 +168,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     op->output_sizes.push_back(std::move(sizes));
     op->output_storages.push_back(IsCheckableOnDevice(t) ? StorageKey(t) : nullptr);
   });
-  if (strncmp(call.name, "c10d::", 6) != 0) {
+  if (!traits.collective) {
     // Written by this op now: no longer what a collective left there.
     std::vector<const void*> written;
     for (const auto& [t, index] : device_outputs) written.push_back(StorageKey(t));

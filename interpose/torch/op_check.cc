@@ -3,9 +3,11 @@
 #include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <cstring>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
 #include "core/op_policy.h"
+#include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/source_location.h"
 #include "interpose/torch/torch_compat.h"
@@ -197,34 +200,48 @@ bool HasNonFiniteScalar(const std::vector<c10::IValue>& inputs) {
   return false;
 }
 
+namespace {
+
+// NANHUNT_FP32_OPS as it is now (a reload may change it): whether it names
+// the op of `fn`.
+bool Fp32Listed(const at::RecordFunction& fn) {
+  Session* s = Session::Get();
+  if (s == nullptr) return false;
+  absl::MutexLock lock(&s->live().mu);
+  return !s->live().fp32_ops.empty() &&
+         MatchesOpPattern(fn.name(), fn.overload_name(), s->live().fp32_ops);
+}
+
+}  // namespace
+
 const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   // Keyed by the name and overload pointers, which live as long as the
-  // operator's schema; per thread, so no lock on the hot path.
-  thread_local absl::flat_hash_map<std::pair<const char*, const char*>,
-                                   OpTraits>
-      cache;
-  // A config reload may change which ops are listed: start over.
-  thread_local uint64_t generation = 0;
-  if (Session* s = Session::Get()) {
-    const uint64_t now = s->live().generation.load(std::memory_order_relaxed);
-    if (now != generation) {
-      cache.clear();
-      generation = now;
-    }
-  }
+  // operator's schema; per thread, so no lock on the hot path. Nodes, so
+  // that the traits an op's frame keeps from its start stay where they are
+  // while its nested ops add theirs; never cleared, for the same reason.
+  thread_local absl::node_hash_map<std::pair<const char*, const char*>, OpTraits> cache;
+  const uint64_t generation =
+      Session::Get() != nullptr
+          ? Session::Get()->live().generation.load(std::memory_order_relaxed)
+          : 0;
   const auto key = std::make_pair(fn.name(), fn.overload_name());
   auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
+  if (it != cache.end()) {
+    // A config reload may have changed which ops are listed.
+    if (it->second.generation != generation) {
+      it->second.fp32_listed = Fp32Listed(fn);
+      it->second.generation = generation;
+    }
+    return it->second;
+  }
   OpTraits traits;
+  traits.generation = generation;
   traits.uninitialised = OutputsAreUninitialised(fn.name());
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
-  if (Session* s = Session::Get()) {
-    absl::MutexLock lock(&s->live().mu);
-    traits.fp32_listed = !s->live().fp32_ops.empty() &&
-                         MatchesOpPattern(fn.name(), fn.overload_name(),
-                                          s->live().fp32_ops);
-  }
+  traits.scaler_update = strcmp(fn.name(), kScalerUpdate) == 0;
+  traits.collective = strncmp(fn.name(), "c10d::", 6) == 0;
+  traits.fp32_listed = Fp32Listed(fn);
   if (auto name = fn.operator_name()) {
     traits.handle = c10::Dispatcher::singleton().findOp(*name);
   }

@@ -35,8 +35,13 @@ struct OpTraits {
   // foreach ops, whose CPU implementation is a loop of per-tensor ops.
   bool composed_of_nested_ops = false;
   bool fp32_listed = false;  // named by NANHUNT_FP32_OPS
+  bool scaler_update = false;  // GradScaler's update (sample_control.h's kScalerUpdate)
+  bool collective = false;     // c10d::: what lands in its tensors is other ranks'
+  uint64_t generation = 0;     // of the live settings fp32_listed was read from
   std::optional<c10::OperatorHandle> handle;
 };
+// The traits of `fn`'s op. The reference stays valid for the thread's life
+// (an op's frame keeps it from its start to its end).
 const OpTraits& TraitsOf(const at::RecordFunction& fn);
 
 // How a check may use this thread's cache of recent results (op_check.cc).

@@ -64,8 +64,10 @@ struct Frame {
   std::vector<c10::IValue> inputs;   // ops; capacity reused across ops
   std::vector<InputFacts> written_before;  // in-place ops: args before
   uint64_t cache_mark = 0;  // CacheMark() at the op's start
+  const OpTraits* traits = nullptr;  // ops: TraitsOf, looked up at the start
   // Autocast was on when the op started (inside an op autocast intercepted,
   // it is excluded, so this must be read at the start of the outer op).
+  // Read only while fp32 fallback is in use, the one thing that needs it.
   bool autocast_on = false;
 };
 
@@ -428,8 +430,8 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
 
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
-  const OpTraits& traits = TraitsOf(fn);
-  if (strcmp(frame.name, kScalerUpdate) == 0) {
+  const OpTraits& traits = *frame.traits;
+  if (traits.scaler_update) {
     // Its first argument is the scale (also when GradScaler.scale was not
     // seen: another scaler class, or the wrapper not installed).
     if (!frame.inputs.empty() && frame.inputs[0].isTensor()) {
@@ -441,8 +443,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // torch.empty's output is garbage by contract.
   Session* session = Session::Get();
   Monitor& monitor = session->monitor();
-  if (strncmp(frame.name, "c10d::", 6) == 0) {
-    // A collective: what lands in its tensors comes from other ranks.
+  if (traits.collective) {
+    // What lands in its tensors comes from other ranks.
     monitor.NoteCollective(StoragesOf(frame.inputs));
   }
   if (traits.view || traits.uninitialised) return;
@@ -551,9 +553,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                     : verdict == Verdict::kMasked ? StorageState::kDeliberate
                                                   : StorageState::kNonFinite);
   }
-  if (strncmp(frame.name, "c10d::", 6) != 0) {
-    monitor.ForgetCollective(StoragesOf(fn.outputs()));
-  }
+  if (!traits.collective) monitor.ForgetCollective(StoragesOf(fn.outputs()));
   if (parent != nullptr) {
     parent->contains_finding |= verdict == Verdict::kOrigin ||
                                 verdict == Verdict::kInput ||
@@ -638,12 +638,20 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         const int64_t start_t0 = timed ? SelfTime::NowNs() : 0;
         f.cache_mark = CacheMark();
         f.kernel_mark = DeviceKernelMark();
-        f.autocast_on = at::autocast::is_autocast_enabled(at::kCPU) ||
-                        at::autocast::is_autocast_enabled(at::kCUDA);
+        const OpTraits& traits = TraitsOf(fn);
+        f.traits = &traits;
+        f.autocast_on = Session::Get()->live().fp32_in_use.load(std::memory_order_relaxed) &&
+                        (at::autocast::is_autocast_enabled(at::kCPU) ||
+                         at::autocast::is_autocast_enabled(at::kCUDA));
         const auto inputs = fn.inputs();
+        // Kept for the op's end, views' too: a view's end needs none, but
+        // letting go of them here can make torch's boxed copy the last
+        // C++ reference of a Python-held input, whose release then takes
+        // the GIL inside the op (torch 2.15's PyObject preservation;
+        // bench/op_cost.py's view cost 3,622 instructions more than plain
+        // that way, against 2,902 with them kept).
         f.inputs.assign(inputs.begin(), inputs.end());
         f.written_before.clear();
-        const OpTraits& traits = TraitsOf(fn);
         if (traits.writes && !traits.uninitialised &&
             !traits.fills_with_scalar) {
           ts.busy = true;

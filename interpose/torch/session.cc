@@ -205,6 +205,7 @@ void LiveSettings::Set(const Config& config) {
   on_nonfinite = config.on_nonfinite;
   autocast_bf16 = config.autocast_bf16;
   fp32_auto = config.fp32_auto;
+  fp32_in_use = config.fp32_auto || !config.fp32_ops.empty();
   skip_nonfinite_steps = config.skip_nonfinite_steps;
   absl::MutexLock lock(&mu);
   snapshot_dir = config.snapshot_dir;

@@ -24,6 +24,9 @@ struct LiveSettings {
   std::atomic<OnNonFinite> on_nonfinite{OnNonFinite::kContinue};
   std::atomic<bool> autocast_bf16{false};
   std::atomic<bool> fp32_auto{false};
+  // fp32_auto, or NANHUNT_FP32_OPS names ops: whether an op's start must
+  // note if autocast is on (for the op it encloses).
+  std::atomic<bool> fp32_in_use{false};
   std::atomic<bool> skip_nonfinite_steps{false};
   absl::Mutex mu;
   std::string snapshot_dir ABSL_GUARDED_BY(mu);
