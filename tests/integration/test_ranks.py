@@ -18,9 +18,18 @@ def torchrun(out, saved, **settings):
                        env=clean_env(**settings), timeout=600)
 
 
+def failure(r):
+    """What torchrun said of a failed rank (its report precedes nanhunt's
+    summary, which fills the end of stderr), then the end of both streams."""
+    cut = r.stderr.find("FIRST NON-FINITE VALUES")
+    return (r.stdout[-2000:] + "\n--- stderr before nanhunt's summary ---\n" +
+            r.stderr[:cut if cut >= 0 else len(r.stderr)][-6000:] +
+            "\n--- end of stderr ---\n" + r.stderr[-1500:])
+
+
 def test_the_merged_view_names_the_rank_where_it_began(out, tmp_path):
     r = torchrun(out, tmp_path / "saved")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, failure(r)
     report = view_json(out)
     first = report["first_origin"]
     assert (first["rank"], first["step"], first["kind"], first["phase"]) == \
@@ -35,7 +44,7 @@ def test_the_merged_view_names_the_rank_where_it_began(out, tmp_path):
 def test_with_skipping_both_ranks_skip_alike_and_stay_equal(out, tmp_path):
     saved = tmp_path / "saved"
     r = torchrun(out, saved, NANHUNT_SKIP_NONFINITE_STEPS="1")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, failure(r)
     skipped = {}
     for trace in out.glob("*.sqlite"):
         db = sqlite3.connect(trace)
