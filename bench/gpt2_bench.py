@@ -64,7 +64,9 @@ def print_trace_figures(meta, steps):
           f"{meta.get('outputs_unchecked', '?')}, ring waits "
           f"{meta.get('check_ring_waits', '?')}, kernel names {names}, GradScaler "
           f"updates recorded {meta['loss_scale_rows']} of {steps}")
-    print(f"{'':<4}{host}; {float(meta['device_checks']) / steps:.0f} outputs checked, "
+    print(f"{'':<4}{host}; {float(meta['device_checks']) / steps:.0f} outputs checked "
+          f"({float(meta.get('device_bytes_checked', 'nan')) / steps / 1e9:.2f} GB read on the "
+          "GPU: divide by the check's bandwidth above for its GPU time), "
           f"{meta.get('host_us_per_gpu_op', '?')} us of an op's callbacks for its GPU "
           f"outputs, {meta.get('host_us_per_enqueue', '?')} us an enqueue (one tensor or a batch), "
           + (f"{float(meta['device_checks']) / float(meta['device_check_batches']):.1f} "

@@ -17,6 +17,7 @@ namespace nanhunt {
 namespace {
 
 std::atomic<int64_t> g_enqueued{0};    // checks enqueued
+std::atomic<int64_t> g_bytes{0};       // what they read: the GPU's share of their cost
 std::atomic<int64_t> g_in_capture{0};  // outputs left unchecked in graph capture
 
 // Memory a batch keeps alive at most (then it is enqueued): small outputs
@@ -36,6 +37,27 @@ std::string* g_batching_stopped ABSL_GUARDED_BY(g_held_mu) = nullptr;
 // a held tensor's last reference may be its Python object's, and freeing
 // that takes the GIL, which a thread waiting for g_held_mu may hold.
 using HeldFlushes = std::vector<CheckBatches<OutputCheck>::Flush>;
+
+// What the check of `d` reads.
+int64_t BytesOf(const NanhuntDeviceTensor& d) {
+  switch (static_cast<Format>(d.format)) {
+    case Format::kF16:
+    case Format::kBF16: return d.count * 2;
+    case Format::kF32: return d.count * 4;
+    case Format::kF64: return d.count * 8;
+    case Format::kF8E4M3FN:
+    case Format::kF8E5M2: return d.count;
+  }
+  return 0;
+}
+
+// Checks enqueued (all of `described`), for the trace.
+void CountEnqueued(const NanhuntDeviceTensor* described, int n) {
+  int64_t bytes = 0;
+  for (int i = 0; i < n; ++i) bytes += BytesOf(described[i]);
+  g_enqueued.fetch_add(n, std::memory_order_relaxed);
+  g_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
 
 // The memory a storage owns now; empty for one without real memory
 // (torch.compile's fake tensors while it traces, symbolic sizes).
@@ -97,7 +119,7 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
                        contexts.data(), static_cast<int>(n), &error);
       }
       if (ok) {
-        g_enqueued.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+        CountEnqueued(described.data(), static_cast<int>(n));
         g_batches.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
@@ -278,7 +300,7 @@ void CountNotEnqueued(const OutputOwner& owner, const std::string& error) {
 void EnqueueOrHold(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
   if (!HoldChecks(lib, checks)) EnqueueNow(lib, checks);
   for (const OutputCheck& check : checks) {
-    if (check.enqueued) g_enqueued.fetch_add(1, std::memory_order_relaxed);
+    if (check.enqueued) CountEnqueued(&check.described, 1);
   }
 }
 
@@ -342,6 +364,7 @@ void EnqueueHeldChecksBefore(const at::RecordFunction& fn, const OpTraits& trait
 EnqueueTotals GetEnqueueTotals() {
   EnqueueTotals totals;
   totals.enqueued = g_enqueued.load();
+  totals.bytes = g_bytes.load();
   totals.in_capture = g_in_capture.load();
   totals.batches = g_batches.load();
   totals.released = g_released.load();

@@ -74,6 +74,7 @@ void EnqueueHeldChecksBefore(const at::RecordFunction& fn, const OpTraits& trait
 // For the trace.
 struct EnqueueTotals {
   int64_t enqueued = 0;     // checks enqueued
+  int64_t bytes = 0;        // what they read
   int64_t in_capture = 0;   // outputs left unchecked in CUDA graph capture
   int64_t batches = 0;      // NANHUNT_GPU_BATCH: batches of held checks enqueued
   int64_t released = 0;     // held outputs whose storage gave its memory back first

@@ -852,6 +852,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       const DeviceTotals device = GetDeviceTotals();
       if (device.enqueued > 0 || !device.unavailable.empty()) {
         w.PutMeta("device_checks", absl::StrCat(device.enqueued));
+        w.PutMeta("device_bytes_checked", absl::StrCat(device.bytes));
         w.PutMeta("check_ring_waits", absl::StrCat(device.waits));
         w.PutMeta("outputs_in_graph_capture", absl::StrCat(device.in_capture));
         w.PutMeta("kernel_launches", absl::StrCat(device.kernel_launches));
