@@ -1,5 +1,6 @@
 // Traces: what is written reads back; a trace cut off mid-write, or one
 // that is not a trace at all, gives a clear answer instead of a crash.
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -249,6 +250,10 @@ TEST_F(TraceTest, TheOpsWhoseOutputsWentUncheckedAreNamedWithWhy) {
 TEST_F(TraceTest, ATraceWithoutTheUncheckedTableStillSaysTheCounts) {
   // Schema 5 and older: the counts without the ops.
   WriteMeta({{"outputs_in_graph_capture", "412"}});
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE unchecked_outputs", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
   auto t = ReadTrace(path_);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_EQ(t->problems.size(), 1u);
