@@ -58,19 +58,19 @@ std::string DescribeUncheckedOps(const std::vector<UncheckedRow>& rows,
                                  size_t max_ops) {
   // The same op in one phase for several reasons is one entry.
   std::vector<std::pair<std::string, int64_t>> ops;
+  absl::flat_hash_map<std::string, size_t> index;  // into ops
   for (const UncheckedRow& r : rows) {
     if (std::none_of(reasons.begin(), reasons.end(), [&](UncheckedReason reason) {
           return r.reason == UncheckedReasonName(reason);
         })) {
       continue;
     }
-    const std::string name = absl::StrCat(r.op, " (", r.phase, ")");
-    auto it = std::find_if(ops.begin(), ops.end(),
-                           [&](const auto& o) { return o.first == name; });
-    if (it == ops.end()) {
-      ops.emplace_back(name, r.outputs);
+    std::string name = absl::StrCat(r.op, " (", r.phase, ")");
+    auto [it, added] = index.try_emplace(name, ops.size());
+    if (added) {
+      ops.emplace_back(std::move(name), r.outputs);
     } else {
-      it->second += r.outputs;
+      ops[it->second].second += r.outputs;
     }
   }
   std::stable_sort(ops.begin(), ops.end(),
