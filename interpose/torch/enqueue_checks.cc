@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/check_limits.h"
 #include "core/foreign_cuda_code.h"
 #include "core/op_policy.h"
 #include "core/self_time.h"
@@ -38,23 +39,13 @@ std::string* g_batching_stopped ABSL_GUARDED_BY(g_held_mu) = nullptr;
 // that takes the GIL, which a thread waiting for g_held_mu may hold.
 using HeldFlushes = std::vector<CheckBatches<OutputCheck>::Flush>;
 
-// What the check of `d` reads.
-int64_t BytesOf(const NanhuntDeviceTensor& d) {
-  switch (static_cast<Format>(d.format)) {
-    case Format::kF16:
-    case Format::kBF16: return d.count * 2;
-    case Format::kF32: return d.count * 4;
-    case Format::kF64: return d.count * 8;
-    case Format::kF8E4M3FN:
-    case Format::kF8E5M2: return d.count;
-  }
-  return 0;
-}
-
-// Checks enqueued (all of `described`), for the trace.
+// Checks enqueued (all of `described`) and the bytes they read, for the trace.
 void CountEnqueued(const NanhuntDeviceTensor* described, int n) {
   int64_t bytes = 0;
-  for (int i = 0; i < n; ++i) bytes += BytesOf(described[i]);
+  for (int i = 0; i < n; ++i) {
+    bytes += described[i].count *
+             static_cast<int64_t>(FormatWidth(static_cast<Format>(described[i].format)));
+  }
   g_enqueued.fetch_add(n, std::memory_order_relaxed);
   g_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
