@@ -37,6 +37,7 @@
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/snapshot.h"
 #include "interpose/torch/session.h"
+#include "interpose/torch/tls_address.h"
 #include "interpose/torch/torch_compat.h"
 #include "interpose/torch_detect.h"
 
@@ -428,6 +429,12 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
   return storages;
 }
 
+// Most ops of a step are views and allocations, whose end has nothing to
+// do: tested inline, before the call to OpEnded and its long prologue.
+bool HasWorkAtEnd(const OpTraits& traits) {
+  return !(traits.view || traits.uninitialised) || traits.scaler_update || traits.collective;
+}
+
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   const OpTraits& traits = *frame.traits;
@@ -567,7 +574,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   if (!MonitoringActive() || g_failed.load(std::memory_order_relaxed)) {
     return nullptr;
   }
-  ThreadState& ts = t_state;
+  ThreadState& ts = KeepAddress(t_state);
   if (ts.busy) return nullptr;
   try {
     Frame& f = ts.Push();
@@ -677,7 +684,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
 }
 
 void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
-  ThreadState& ts = t_state;
+  ThreadState& ts = KeepAddress(t_state);
   if (ts.busy) return;
   const int index = ts.Find(&fn);
   if (index < 0) return;
@@ -695,7 +702,7 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
           const bool self_timed = ts.frames[index].self_timed;
           const bool timed = self_timed || BudgetOn();
           const int64_t t0 = timed ? SelfTime::NowNs() : 0;
-          OpEnded(fn, ts, index);
+          if (HasWorkAtEnd(*ts.frames[index].traits)) OpEnded(fn, ts, index);
           const int64_t cost = timed ? SelfTime::NowNs() - t0 + ts.frames[index].start_cost_ns : 0;
           if (BudgetOn()) AddCheckTime(cost);
           if (self_timed) GlobalSelfTime().Add(SelfTime::kOp, cost);
