@@ -26,6 +26,7 @@ class LateContext final : public OpContext {
         f.counts = in.counts;
         f.max_abs = in.max_abs;
       } else if (in.storage != nullptr) {
+        f.on_device = true;
         // Made by an earlier op whose result said so (the counts are a
         // placeholder: inf/NaN, or a mask's -inf).
         switch (state_of_(in.storage)) {

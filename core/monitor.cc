@@ -54,13 +54,22 @@ std::string Describe(absl::Span<const TensorFacts> outputs) {
   return absl::StrJoin(parts, "; ");
 }
 
+// A GPU input is not read again by its op's check: described by what the
+// checks of the ops that wrote it found (the plugin's registry of storages
+// keeps the non-finite ones).
+absl::string_view DeviceInputState(const InputFacts& in) {
+  if (in.produced_by_op) return "non-finite when the op that wrote it was checked";
+  if (in.deliberate) return "-inf put there by a mask";
+  return "taken as finite (no check of what wrote it found inf or NaN)";
+}
+
 std::string Describe(const std::vector<InputFacts>& inputs) {
   std::vector<std::string> parts;
   for (const auto& in : inputs) {
     std::string d =
-        in.checked
-            ? DescribeTensor(in.dtype, in.shape, in.counts, in.max_abs)
-            : absl::StrCat(in.dtype, in.shape, " (not checked)");
+        in.on_device ? absl::StrCat(in.dtype, in.shape, " on the GPU, ", DeviceInputState(in))
+        : in.checked ? DescribeTensor(in.dtype, in.shape, in.counts, in.max_abs)
+                     : absl::StrCat(in.dtype, in.shape, " (not checked)");
     parts.push_back(absl::StrCat("#", in.arg_index, " ", d));
   }
   return absl::StrJoin(parts, "; ");

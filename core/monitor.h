@@ -64,6 +64,10 @@ struct InputFacts {
   // On a GPU, not read: no check of the op that wrote it found anything
   // (or none was made), so it is taken as finite.
   bool assumed_finite = false;
+  // On a GPU, not read by this op's check: what is known of its values is
+  // what the check of the op that wrote it found (the flags above), and
+  // no max |x| (described so, not as max|x|=0).
+  bool on_device = false;
 };
 
 // What the registry of storages (kept by the plugin) knows of a tensor's

@@ -21,6 +21,9 @@ std::atomic<const CudaLibrary*> g_with_kernels{nullptr};
 std::atomic<bool> g_names_wanted{false};  // sample mode escalated
 LateOps* g_late = nullptr;  // leaked on purpose, like the session
 std::function<void(const LateOp&, Verdict)>* g_on_verdict = nullptr;
+// DrainDeviceChecks is delivering what was still in flight at exit, after
+// monitoring stopped for new ops (Session::Finish): those results count.
+std::atomic<bool> g_draining_at_exit{false};
 
 double ValueOf(Format format, const CheckCounts& c) {
   if (c.nan != 0) return std::numeric_limits<double>::quiet_NaN();
@@ -34,7 +37,7 @@ double ValueOf(Format format, const CheckCounts& c) {
 void DeliverResult(void* context, const CheckCounts* counts) {
   SelfTimer timer(SelfTime::kDelivery);
   std::unique_ptr<Pending> pending(static_cast<Pending*>(context));
-  if (!MonitoringActive() || g_late == nullptr) return;
+  if ((!MonitoringActive() && !g_draining_at_exit.load()) || g_late == nullptr) return;
   try {
     if (ValueRead* read = pending->read.get()) {
       read->values[pending->index] = ValueOf(read->formats[pending->index], *counts);
@@ -71,6 +74,8 @@ void StartKernelNames(CudaLibrary& l, Session& session) {
     g_with_kernels.store(&l);
   }
 }
+
+void DeliverWhileDrainingAtExit(bool on) { g_draining_at_exit.store(on); }
 
 bool KernelNamesWanted() { return g_names_wanted.load(std::memory_order_relaxed); }
 

@@ -77,8 +77,11 @@ struct Pending {
 };
 
 // Takes `context` (a Pending) with its result: on the drain thread, or
-// with nothing checked by whoever could not enqueue it.
+// with nothing checked by whoever could not enqueue it. Results that come
+// after monitoring stopped are let go of, except while the session drains
+// at exit (DeliverWhileDrainingAtExit), before its trace is closed.
 void DeliverResult(void* context, const CheckCounts* counts);
+void DeliverWhileDrainingAtExit(bool on);
 
 // Enqueues the checks of `described` (one tensor, or up to
 // NANHUNT_MAX_BATCH tensors) on `stream` of `device`; each context comes

@@ -237,8 +237,13 @@ void DrainDeviceChecks() {
   if (session == nullptr) return;
   const CudaLibrary& lib = Library(*session);
   if (!lib.unavailable.empty()) return;
+  // From Python's atexit while ops are still monitored; from the session's
+  // finish (a LibTorch program, SIGTERM) after monitoring stopped: the
+  // results held back or in flight are judged either way.
+  DeliverWhileDrainingAtExit(true);
   StopHoldingChecks();
   lib.drain();
+  DeliverWhileDrainingAtExit(false);
 }
 
 DeviceTotals GetDeviceTotals() {

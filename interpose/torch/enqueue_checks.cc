@@ -21,6 +21,12 @@ std::atomic<int64_t> g_enqueued{0};    // checks enqueued
 std::atomic<int64_t> g_bytes{0};       // what they read: the GPU's share of their cost
 std::atomic<int64_t> g_in_capture{0};  // outputs left unchecked in graph capture
 
+// Why the first GPU check that could not be enqueued was not (a capture
+// aside): said once when it happens, and in the exit summary and trace.
+// Innermost lock: held only to copy the text.
+absl::Mutex g_error_mu;
+std::string* g_first_error ABSL_GUARDED_BY(g_error_mu) = nullptr;
+
 // Memory a batch keeps alive at most (then it is enqueued): small outputs
 // are what batching is for; a large one's check is GPU time anyway.
 constexpr int64_t kMaxHeldBytes = int64_t{64} << 20;
@@ -283,6 +289,23 @@ bool EnqueueOnStream(const CudaLibrary& lib, c10::Device device,
 void CountNotEnqueued(const OutputOwner& owner, const std::string& error) {
   const bool captured = error.find("capturing") != std::string::npos;
   if (captured) g_in_capture.fetch_add(1, std::memory_order_relaxed);
+  if (!captured) {
+    bool first = false;
+    {
+      absl::MutexLock lock(&g_error_mu);
+      if (g_first_error == nullptr) {
+        g_first_error = new std::string(error.empty() ? "no reason given" : error);
+        first = true;
+      }
+    }
+    const Session* session = Session::Get();
+    if (first && session != nullptr && !session->config().quiet) {
+      fprintf(stderr,
+              "nanhunt: a GPU check could not be enqueued (%s): its output, and any "
+              "other's that cannot be, is counted unchecked and named in the trace\n",
+              error.c_str());
+    }
+  }
   CountUnchecked(owner,
                  captured ? UncheckedReason::kGraphCapture : UncheckedReason::kNotEnqueued,
                  /*on_device=*/true);
@@ -359,6 +382,10 @@ EnqueueTotals GetEnqueueTotals() {
   totals.in_capture = g_in_capture.load();
   totals.batches = g_batches.load();
   totals.released = g_released.load();
+  {
+    absl::MutexLock lock(&g_error_mu);
+    if (g_first_error != nullptr) totals.first_enqueue_error = *g_first_error;
+  }
   absl::MutexLock lock(&g_held_mu);
   if (g_batching_stopped != nullptr) totals.batching_stopped = *g_batching_stopped;
   return totals;

@@ -79,6 +79,7 @@ struct EnqueueTotals {
   int64_t batches = 0;      // NANHUNT_GPU_BATCH: batches of held checks enqueued
   int64_t released = 0;     // held outputs whose storage gave its memory back first
   std::string batching_stopped;  // NANHUNT_GPU_BATCH=auto: why, if it stopped
+  std::string first_enqueue_error;  // why the first check not enqueued was not
 };
 EnqueueTotals GetEnqueueTotals();
 

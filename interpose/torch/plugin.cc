@@ -924,9 +924,11 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
                   "sparse, meta or other non-CPU tensors the check does not read");
       }
       if (totals.unchecked_on_device) {
-        const std::string why = device.unavailable.empty()
-                                    ? "the GPU check could not be enqueued"
-                                    : device.unavailable;
+        const std::string why =
+            !device.unavailable.empty()          ? device.unavailable
+            : device.first_enqueue_error.empty() ? "the GPU check could not be enqueued"
+                                                 : "the GPU check could not be enqueued: " +
+                                                       device.first_enqueue_error;
         const std::string ops = DescribeUncheckedOps(unchecked, kCountedUnchecked);
         fprintf(stderr,
                 "nanhunt: %lld floating-point op outputs lived on a GPU and "

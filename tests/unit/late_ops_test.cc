@@ -140,6 +140,16 @@ TEST_F(LateOpsTest, OutputShapesLeftToTheClassificationAreFormattedThere) {
       << monitor_.first_origin()->outputs;
 }
 
+TEST_F(LateOpsTest, AGpuInputIsDescribedByWhatItsWritersCheckFoundNotAsAMaxOfZero) {
+  // No check reads an op's GPU inputs again: there is no max |x| to give.
+  auto exp = Op(1, "aten::exp", 1, /*in=*/0);
+  exp->inputs[0].sizes = {4, 4};
+  EXPECT_EQ(late_.OnResult(exp, 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.first_origin()->inputs,
+            "#0 float16[4, 4] on the GPU, taken as finite (no check of what wrote it found "
+            "inf or NaN)");
+}
+
 TEST_F(LateOpsTest, AnEnclosingOpOfANestedOriginIsNotASecondOrigin) {
   EXPECT_EQ(late_.OnResult(Op(11, "aten::bmm", 2, -1, /*parent=*/10), 0, Counts(1)),
             Verdict::kOrigin);

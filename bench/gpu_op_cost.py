@@ -1,0 +1,102 @@
+"""Host instructions a GPU op costs under nanhunt, on a machine without a
+GPU: tests/cpp/host_gpu_ops.cc's small GPU adds (CUDA tensors over host
+memory, shown to the callbacks as torch's dispatcher shows an op) under
+callgrind, plain and monitored in one invocation, with
+tests/cpp/host_gpu_library.cc standing in for libnanhunt_cuda.so.
+
+What it counts is the plugin's side of a GPU op: the callbacks, the op's
+description for its late result, the enqueue path up to the library's
+entry point, and, on the drain thread, the judging of the result. What it
+cannot count is the real library's part (ring slot, kernel launch, event:
+cupti/, timed by scripts/gpu-check.sh on a GPU); the stand-in does a CPU
+check of 4 values and a queue push instead. Each figure is the difference
+of a run of N2 ops and one of N1, per op, so start-up and exit cancel.
+Needs valgrind; about 2 minutes."""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build"
+PROGRAM = BUILD / "tests" / "host_gpu_ops"
+# libnanhunt.so where its plugin finds the stand-in as libnanhunt_cuda.so
+# (made by the build: tests/CMakeLists.txt).
+STAND_IN_PRELOAD = BUILD / "host-gpu" / "lib" / "libnanhunt.so"
+
+MODES = {
+    "plain": {},
+    "nanhunt": {},
+    "nanhunt-batch": {"NANHUNT_GPU_BATCH": "32"},
+}
+
+
+def thread_totals(out):
+    """Instructions per thread of a --separate-threads run: the main
+    thread's (file -01), and all the others' together."""
+    main, others = 0, 0
+    for f in Path(out).parent.glob(Path(out).name + "*"):
+        m = re.search(r"-(\d+)$", f.name)
+        if not m:
+            continue  # the empty file named as asked; threads have -01, -02...
+        total = next(int(line.split()[1]) for line in f.read_text().splitlines()
+                     if line.startswith("summary:") or line.startswith("totals:"))
+        if int(m.group(1)) == 1:
+            main += total
+        else:
+            others += total
+    return main, others
+
+
+def run(mode, n, tmp):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
+    env["OMP_NUM_THREADS"] = "1"
+    if mode != "plain":
+        env.update(LD_PRELOAD=str(STAND_IN_PRELOAD), NANHUNT_OUT=str(tmp / f"out-{mode}-{n}"),
+                   NANHUNT_EXIT_SUMMARY="0", NANHUNT_QUIET="1", **MODES[mode])
+    out = tmp / f"{mode}-{n}" / "callgrind.out"
+    out.parent.mkdir()
+    subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                    f"--callgrind-out-file={out}", str(PROGRAM), "loop", str(n)],
+                   env=env, capture_output=True, text=True, check=True)
+    return thread_totals(out)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--short", type=int, default=2000, help="ops in the shorter run (N1)")
+    p.add_argument("--long", type=int, default=12000, help="ops in the longer run (N2)")
+    args = p.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("gpu_op_cost: valgrind not found (Debian package valgrind)")
+    for f in (PROGRAM, STAND_IN_PRELOAD):
+        if not f.exists():
+            sys.exit(f"gpu_op_cost: {f} is missing: run scripts/build.sh")
+    with tempfile.TemporaryDirectory() as t, ThreadPoolExecutor(2) as pool:
+        tmp = Path(t)
+        jobs = {(mode, n): pool.submit(run, mode, n, tmp)
+                for mode in MODES for n in (args.short, args.long)}
+        per_op = {}
+        for mode in MODES:
+            (m1, o1), (m2, o2) = (jobs[(mode, n)].result() for n in (args.short, args.long))
+            span = args.long - args.short
+            per_op[mode] = ((m2 - m1) / span, (o2 - o1) / span)
+    plain = per_op["plain"][0]
+    print(f"host instructions a small GPU op (torch.add of 4 fp16 values) costs, callgrind, "
+          f"runs of {args.long} minus {args.short} ops; stand-in GPU library (no CUDA calls)")
+    print(f"{'mode':<16} {'op thread':>10} {'extra':>8} {'other threads':>14}")
+    for mode, (op_thread, others) in per_op.items():
+        extra = "" if mode == "plain" else f"+{op_thread - plain:.0f}"
+        print(f"{mode:<16} {op_thread:>10.0f} {extra:>8} {others:>14.0f}")
+    print("op thread: the training thread's instructions an op (plain: the op computed on the "
+          "CPU); other threads: nanhunt's drain thread judging results, the trace writer")
+
+
+if __name__ == "__main__":
+    main()

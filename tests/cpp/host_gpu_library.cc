@@ -1,0 +1,139 @@
+// A stand-in for libnanhunt_cuda.so on machines without a GPU, with the
+// same C interface (cupti/cuda_api.h): the torch plugin's GPU path, run
+// end to end on the CPU. Its "device memory" is host memory (the tensors
+// of tests/cpp/host_gpu_ops.cc are CUDA tensors over host buffers), its
+// check is the CPU check, run when the check is enqueued (the op has
+// finished by then, as it has on its stream), and a drain thread delivers
+// the results later and in enqueue order, as the real library's does.
+// A stream whose handle is kHostGpuCapturingStream captures a CUDA graph:
+// checks are refused on it with the real library's words.
+//
+// No CUPTI: kernel names stay off ("this libnanhunt_cuda.so has no CUPTI
+// support"), as the plugin handles a library without those symbols.
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "core/check_limits.h"
+#include "core/cpu_check.h"
+#include "cupti/cuda_api.h"
+#include "tests/cpp/host_gpu.h"
+
+#define HOST_GPU_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+struct Result {
+  void* context;
+  nanhunt::CheckCounts counts;
+};
+
+struct Library {
+  absl::Mutex mu;
+  std::deque<Result> queue ABSL_GUARDED_BY(mu);
+  int in_delivery ABSL_GUARDED_BY(mu) = 0;
+  NanhuntDeliverFn deliver = nullptr;
+  const nanhunt::CheckLimits* limits = nullptr;
+};
+
+Library& Lib() {
+  static auto* lib = new Library;  // leaked: the drain thread outlives exit
+  return *lib;
+}
+
+void Say(char* error, int len, const char* text) {
+  if (error != nullptr && len > 0) snprintf(error, static_cast<size_t>(len), "%s", text);
+}
+
+// What the GPU kernel computes, over the same index space: a dense block
+// at once, a strided tensor value by value.
+nanhunt::CheckCounts Check(const NanhuntDeviceTensor& t) {
+  const auto format = static_cast<nanhunt::Format>(t.format);
+  if (t.dense != 0) return nanhunt::CheckHostBuffer(format, t.data, t.count, *Lib().limits);
+  nanhunt::CheckCounts total;
+  const size_t width = nanhunt::FormatWidth(format);
+  int64_t index[8] = {};
+  for (int64_t n = 0; n < t.count; ++n) {
+    int64_t offset = 0;
+    for (int d = 0; d < t.dims; ++d) offset += index[d] * t.strides[d];
+    nanhunt::MergeCounts(total, nanhunt::CheckHostBuffer(
+                                    format, static_cast<const char*>(t.data) + offset * width,
+                                    1, *Lib().limits));
+    for (int d = t.dims - 1; d >= 0 && ++index[d] == t.sizes[d]; --d) index[d] = 0;
+  }
+  return total;
+}
+
+void Drain() {
+  Library& lib = Lib();
+  for (;;) {
+    Result r;
+    {
+      absl::MutexLock lock(&lib.mu);
+      lib.mu.Await(absl::Condition(
+          +[](std::deque<Result>* q) { return !q->empty(); }, &lib.queue));
+      r = lib.queue.front();
+      lib.queue.pop_front();
+      ++lib.in_delivery;
+    }
+    lib.deliver(r.context, &r.counts);
+    absl::MutexLock lock(&lib.mu);
+    --lib.in_delivery;
+  }
+}
+
+}  // namespace
+
+HOST_GPU_API int nanhunt_cuda_start(double near_max, NanhuntDeliverFn deliver, char*, int) {
+  Lib().deliver = deliver;
+  Lib().limits = new nanhunt::CheckLimits(near_max);
+  std::thread(Drain).detach();
+  return 0;
+}
+
+HOST_GPU_API int nanhunt_cuda_stream_takes_checks(int, void* stream, char* error, int len) {
+  if (stream == kHostGpuCapturingStream) {
+    Say(error, len, "stream is capturing a CUDA graph");
+    return 0;
+  }
+  return 1;
+}
+
+HOST_GPU_API int nanhunt_cuda_enqueue_many(int device, void* stream,
+                                           const NanhuntDeviceTensor* tensors, int n,
+                                           void* const* contexts, char* error, int len) {
+  if (nanhunt_cuda_stream_takes_checks(device, stream, error, len) == 0) return 1;
+  if (n < 1 || n > NANHUNT_MAX_BATCH) {
+    Say(error, len, "batch size out of range");
+    return 1;
+  }
+  std::deque<Result> results;
+  for (int i = 0; i < n; ++i) results.push_back({contexts[i], Check(tensors[i])});
+  absl::MutexLock lock(&Lib().mu);
+  for (Result& r : results) Lib().queue.push_back(r);
+  return 0;
+}
+
+HOST_GPU_API int nanhunt_cuda_enqueue(int device, void* stream, const NanhuntDeviceTensor* tensor,
+                                      void* context, char* error, int len) {
+  return nanhunt_cuda_enqueue_many(device, stream, tensor, 1, &context, error, len);
+}
+
+HOST_GPU_API int nanhunt_cuda_capture_forbids_legacy_stream(int, void*) { return 0; }
+
+HOST_GPU_API int nanhunt_cuda_order_after(int, void*, void*, char*, int) { return 0; }
+
+HOST_GPU_API void nanhunt_cuda_drain(void) {
+  Library& lib = Lib();
+  absl::MutexLock lock(&lib.mu);
+  lib.mu.Await(absl::Condition(
+      +[](Library* l) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return l->queue.empty() && l->in_delivery == 0;
+      },
+      &lib));
+}
+
+HOST_GPU_API long long nanhunt_cuda_waits(void) { return 0; }

@@ -1,0 +1,188 @@
+// GPU ops on a machine without a GPU, for the tests of the torch plugin's
+// GPU path (tests/integration/test_host_gpu.py) and bench/gpu_op_cost.py.
+// Each op is computed by the CPU and shown to nanhunt's callbacks as the
+// same op on cuda:0, through a RecordFunction made as torch's dispatcher
+// makes one: its tensors are CUDA tensors over the CPU results' memory,
+// its stream comes from a stand-in CUDA device guard. Under the preload
+// with tests/cpp/host_gpu_library.cc as libnanhunt_cuda.so, the plugin
+// enqueues their checks and judges their results late, as on a GPU. Knows
+// nothing of nanhunt.
+//
+//   host_gpu_ops overflow STEP STEPS  a training loop (real CPU steps) whose
+//                                     GPU mm overflows fp16 at step STEP
+//   host_gpu_ops capture              GPU ops on a stream capturing a graph
+//   host_gpu_ops released             an output whose storage gives its
+//                                     memory back before the next op
+//   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tests/cpp/host_gpu.h"
+
+namespace {
+
+thread_local c10::StreamId t_stream = 0;
+
+// CUDA as far as the plugin asks (devices and streams), with no driver.
+class HostGpuGuard final : public c10::impl::DeviceGuardImplInterface {
+ public:
+  c10::DeviceType type() const override { return c10::DeviceType::CUDA; }
+  c10::Device exchangeDevice(c10::Device) const override { return Cuda0(); }
+  c10::Device getDevice() const override { return Cuda0(); }
+  void setDevice(c10::Device) const override {}
+  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Stream getStream(c10::Device device) const override {
+    return c10::Stream(c10::Stream::UNSAFE, device, t_stream);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    const c10::Stream old = getStream(s.device());
+    t_stream = s.id();
+    return old;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  void* getStreamNativeHandle(const c10::Stream s) const override {
+    return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
+  }
+  static c10::Device Cuda0() { return c10::Device(c10::DeviceType::CUDA, 0); }
+};
+
+// A CUDA tensor over `host`'s memory, which it keeps alive.
+at::Tensor OnGpu(const at::Tensor& host) {
+  return at::from_blob(host.data_ptr(), host.sizes(), host.strides(),
+                       [keep = host](void*) {}, host.options().device(HostGpuGuard::Cuda0()),
+                       HostGpuGuard::Cuda0());
+}
+
+// `name`.`overload` with `inputs` on the GPU: computed by `on_host` (with
+// no RecordFunction of its own), seen by callbacks as the dispatcher shows
+// an op.
+at::Tensor GpuOp(const char* name, const char* overload, std::vector<c10::IValue> inputs,
+                 const std::function<at::Tensor()>& on_host) {
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  at::RecordFunction record(at::RecordScope::FUNCTION);
+  record.before(std::cref(op.schema()),
+                c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+  at::Tensor host;
+  {
+    at::RecordFunctionGuard off(false);
+    host = on_host();
+  }
+  at::Tensor out = OnGpu(host);
+  if (record.isActive()) record.setOutputs(std::vector<c10::IValue>{out});
+  return out;
+}
+
+at::Tensor HostOf(const at::Tensor& t) {  // the memory a CUDA tensor here lies in
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(),
+                       t.options().device(at::kCPU));
+}
+
+at::Tensor Mm(const at::Tensor& a, const at::Tensor& b) {
+  return GpuOp("aten::mm", "", {a, b}, [&] {
+    return at::mm(HostOf(a).to(at::kFloat), HostOf(b).to(at::kFloat)).to(a.scalar_type());
+  });
+}
+
+at::Tensor Add(const at::Tensor& a, const at::Tensor& b) {
+  return GpuOp("aten::add", "Tensor", {a, b, c10::Scalar(1)},
+               [&] { return at::add(HostOf(a), HostOf(b)); });
+}
+
+// Its result is every other column of a buffer of NaN: a strided output,
+// which the check must read value by value, never the NaN between.
+at::Tensor Mul(const at::Tensor& a, const at::Tensor& b) {
+  return GpuOp("aten::mul", "Tensor", {a, b}, [&] {
+    const at::Tensor product = at::mul(HostOf(a), HostOf(b));
+    at::Tensor buffer = at::full({product.size(0), 2 * product.size(1)}, NAN, product.options());
+    at::Tensor every_other = buffer.slice(1, 0, buffer.size(1), 2);
+    every_other.copy_(product);
+    return every_other;
+  });
+}
+
+// Set-up the training script would do where nanhunt does not look (data
+// loading): no RecordFunction.
+at::Tensor Unseen(const std::function<at::Tensor()>& make) {
+  at::RecordFunctionGuard off(false);
+  return make();
+}
+
+// Real CPU training around the GPU ops, so that there are steps: at step
+// `overflow_step` the GPU matmul's fp16 result overflows (16 x 300 x 300
+// = 1,440,000 > 65504) and the ops after it only pass the inf on.
+int Overflow(int overflow_step, int steps) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(8, 1);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
+  const torch::Tensor x = torch::randn({16, 8});
+  const torch::Tensor y = torch::randn({16, 1});
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    torch::Tensor out = model->forward(x);
+    const double value = step == overflow_step ? 300.0 : 1.0;
+    const at::Tensor host_a = Unseen([&] { return torch::full({16, 16}, value, torch::kHalf); });
+    const at::Tensor a = OnGpu(host_a);
+    const at::Tensor h = Mm(a, a);
+    // A transposed (non-contiguous) operand, and a strided result.
+    const at::Tensor sum = Add(h, OnGpu(host_a.t()));
+    Mul(sum, sum);
+    torch::Tensor loss = torch::mse_loss(out, y);
+    loss.backward();
+    optimizer.step();
+    std::printf("step %d loss %a\n", step, loss.item<float>());
+  }
+  return 0;
+}
+
+// Ops on a stream capturing a graph are left unchecked, and named.
+int Capture() {
+  const at::Tensor a = OnGpu(Unseen([] { return torch::ones({8, 8}, torch::kHalf); }));
+  Mm(a, a);
+  t_stream = kHostGpuCapturingStreamId;
+  const at::Tensor h = Mm(a, a);
+  Add(h, h);
+  t_stream = 0;
+  Add(a, a);
+  std::printf("captured 2 ops\n");
+  return 0;
+}
+
+// An output whose storage gives its memory back (FSDP's resize_(0))
+// before its held check is enqueued: dropped, not read.
+int Released() {
+  const at::Tensor a = OnGpu(Unseen([] { return torch::full({8, 8}, 2.0, torch::kHalf); }));
+  at::Tensor doomed = Mul(a, a);
+  doomed.storage().unsafeGetStorageImpl()->set_nbytes(0);
+  Add(a, a);
+  std::printf("released 1 output\n");
+  return 0;
+}
+
+int Loop(long n) {
+  const at::Tensor a = OnGpu(Unseen([] { return torch::full({4}, 1.5, torch::kHalf); }));
+  for (long i = 0; i < n; ++i) Add(a, a);
+  std::printf("looped %ld\n", n);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  static HostGpuGuard guard;
+  c10::impl::DeviceGuardImplRegistrar registrar(c10::DeviceType::CUDA, &guard);
+  const std::string what = argc > 1 ? argv[1] : "";
+  if (what == "overflow") {
+    return Overflow(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? std::atoi(argv[3]) : 6);
+  }
+  if (what == "capture") return Capture();
+  if (what == "released") return Released();
+  if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS] | capture | released | loop N\n");
+  return 2;
+}

@@ -1,0 +1,119 @@
+"""The torch plugin's GPU path on a machine without a GPU: a real LibTorch
+program whose GPU ops are computed by the CPU over CUDA tensors of host
+memory (tests/cpp/host_gpu_ops.cc), under the real preload and plugin,
+with a stand-in libnanhunt_cuda.so (tests/cpp/host_gpu_library.cc) that
+checks on the CPU and delivers the results late from its own thread, as
+the real one does from the GPU. What runs for real here is everything of
+the GPU path but the kernels: the outputs described and enqueued, late
+results judged in order (origins, inputs non-finite before), checks held
+back for batches, capture and released memory named in the trace.
+scripts/gpu-check.sh checks the same on a GPU, with the real library and
+its kernels (the demo, side streams, capture, batches)."""
+import sqlite3
+
+import pytest
+
+from conftest import BUILD, LIBNANHUNT, clean_env, findings, run, view_json
+
+PROGRAM = BUILD / "tests" / "host_gpu_ops"
+# The preload library where its plugin finds the stand-in as the
+# libnanhunt_cuda.so next to itself (made by the build, tests/CMakeLists.txt).
+STAND_IN_PRELOAD = BUILD / "host-gpu" / "lib" / "libnanhunt.so"
+GPU_OPS_A_STEP = 3  # mm, add, mul
+
+
+def run_gpu_ops(args, out, library, **settings):
+    env = clean_env(LD_PRELOAD=library, NANHUNT_OUT=out, **settings)
+    return run([PROGRAM, *args], env=env)
+
+
+def meta(out):
+    (trace,) = sorted(out.glob("*.sqlite"))
+    return dict(sqlite3.connect(trace).execute("SELECT key, value FROM meta"))
+
+
+def test_first_origin_is_named_from_results_that_arrive_late(out):
+    r = run_gpu_ops(["overflow", "3", "6"], out, STAND_IN_PRELOAD)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    first = report["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "forward", 3), first
+    assert first["dtype"] == "float16"
+    # Every GPU output went through the GPU path, and none was left out.
+    m = meta(out)
+    assert int(m["device_checks"]) == 6 * GPU_OPS_A_STEP
+    assert report["unchecked_ops"] == []
+    # The add and mul after it only passed the inf on.
+    later = [f for f in findings(out) if f["step"] == 3 and f["op"] != "aten::mm"]
+    assert {f["op"] for f in later} == {"aten::add", "aten::mul"}
+    assert all(f["kind"] == "propagated" for f in later), later
+    # GPU inputs are not read again: described by what their writer's
+    # check found, never as max|x|=0.
+    assert "on the GPU, taken as finite" in first["inputs"], first["inputs"]
+    add = next(f for f in later if f["op"] == "aten::add")
+    assert "on the GPU, non-finite when the op that wrote it was checked" in add["inputs"], add
+
+
+def test_a_strided_output_is_read_value_by_value(out):
+    # The mul's result is every other column of a buffer of NaN: the GPU
+    # path must check the 256 values, inf each, and not the NaN between.
+    r = run_gpu_ops(["overflow", "3", "4"], out, STAND_IN_PRELOAD)
+    assert r.returncode == 0, r.stderr
+    (trace,) = sorted(out.glob("*.sqlite"))
+    rows = sqlite3.connect(trace).execute(
+        "SELECT elements, nan, posinf FROM op_stats WHERE op = 'aten::mul' AND step = 3").fetchall()
+    assert rows == [(256, 0, 256)]
+
+
+def test_gpu_ops_leave_the_program_bit_identical(out):
+    plain = run([PROGRAM, "overflow", "3", "6"])
+    monitored = run_gpu_ops(["overflow", "3", "6"], out, STAND_IN_PRELOAD)
+    assert plain.returncode == monitored.returncode == 0, monitored.stderr
+    assert plain.stdout == monitored.stdout
+
+
+def test_checks_held_back_for_batches_find_the_same_origin(out):
+    r = run_gpu_ops(["overflow", "3", "6"], out, STAND_IN_PRELOAD, NANHUNT_GPU_BATCH="32")
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "forward", 3), first
+    m = meta(out)
+    assert int(m["device_checks"]) == 6 * GPU_OPS_A_STEP
+    assert 0 < int(m["device_check_batches"]) < 6 * GPU_OPS_A_STEP
+
+
+def test_ops_on_a_capturing_stream_are_named_unchecked(out):
+    r = run_gpu_ops(["capture"], out, STAND_IN_PRELOAD)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    unchecked = {(u["op"], u["reason"]): u["outputs"] for u in report["unchecked_ops"]}
+    assert unchecked == {("aten::mm", "graph_capture"): 1, ("aten::add", "graph_capture"): 1}
+    assert int(meta(out)["device_checks"]) == 2  # before and after the capture
+    assert any("captured into CUDA graphs" in p and "aten::mm" in p for p in report["problems"])
+
+
+def test_a_held_output_whose_memory_went_is_dropped_and_named(out):
+    r = run_gpu_ops(["released"], out, STAND_IN_PRELOAD, NANHUNT_GPU_BATCH="32")
+    assert r.returncode == 0, r.stderr
+    unchecked = [(u["op"], u["reason"], u["outputs"]) for u in view_json(out)["unchecked_ops"]]
+    assert unchecked == [("aten::mul", "released_before_check", 1)]
+
+
+@pytest.mark.skipif(not (BUILD / "lib" / "libnanhunt_cuda.so").exists(),
+                    reason="built without the CUDA toolkit")
+def test_without_a_driver_the_real_library_steps_aside_and_says_so(out):
+    # The real libnanhunt_cuda.so loads without a driver: GPU outputs go
+    # unchecked, named, and the program runs on untouched.
+    plain = run([PROGRAM, "overflow", "3", "4"])
+    r = run_gpu_ops(["overflow", "3", "4"], out, LIBNANHUNT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == plain.stdout
+    report = view_json(out)
+    # Each check is refused by CUDA (no driver): said once when it happens,
+    # with CUDA's reason, and again, with the ops, at exit.
+    unchecked = {(u["op"], u["reason"]): u["outputs"] for u in report["unchecked_ops"]}
+    assert unchecked == {("aten::mm", "not_enqueued"): 4, ("aten::add", "not_enqueued"): 4,
+                         ("aten::mul", "not_enqueued"): 4}
+    assert r.stderr.count("nanhunt: a GPU check could not be enqueued (") == 1, r.stderr
+    exit_line = next(l for l in r.stderr.splitlines() if "NOT checked" in l)
+    assert "could not be enqueued: " in exit_line and "aten::mm (forward) 4" in exit_line
