@@ -18,8 +18,8 @@
 #include "core/op_policy.h"
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
-#include "interpose/torch/tls_address.h"
 #include "interpose/torch/source_location.h"
+#include "interpose/torch/tls_address.h"
 #include "interpose/torch/torch_compat.h"
 
 namespace nanhunt {
@@ -213,10 +213,6 @@ bool Fp32Listed(const at::RecordFunction& fn) {
   return !s->live().fp32_ops.empty() &&
          MatchesOpPattern(fn.name(), fn.overload_name(), s->live().fp32_ops);
 }
-
-}  // namespace
-
-namespace {
 
 // Per thread, so no lock on the hot path. Keyed by the name and overload
 // pointers, which live as long as the operator's schema. `all` holds
