@@ -57,6 +57,9 @@ def run(mode, n, tmp):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
     env["OMP_NUM_THREADS"] = "1"
+    # Results 64 checks behind, as from a GPU behind the host: the drain
+    # thread judges every op, as it does on a GPU.
+    env["HOST_GPU_LAG"] = "64"
     if mode != "plain":
         env.update(LD_PRELOAD=str(STAND_IN_PRELOAD), NANHUNT_OUT=str(tmp / f"out-{mode}-{n}"),
                    NANHUNT_EXIT_SUMMARY="0", NANHUNT_QUIET="1", **MODES[mode])

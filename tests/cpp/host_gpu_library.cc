@@ -6,11 +6,17 @@
 // finished by then, as it has on its stream), and a drain thread delivers
 // the results later and in enqueue order, as the real library's does.
 // A stream whose handle is kHostGpuCapturingStream captures a CUDA graph:
-// checks are refused on it with the real library's words.
+// checks are refused on it with the real library's words. HOST_GPU_LAG=N
+// keeps the drain thread N results behind the enqueues (until the drain at
+// exit), as a GPU running behind the host delivers: the op's own thread
+// has let go of its op by then, and the drain thread judges it
+// (bench/gpu_op_cost.py, whose counts would otherwise depend on which
+// thread valgrind happens to run first).
 //
 // No CUPTI: kernel names stay off ("this libnanhunt_cuda.so has no CUPTI
 // support"), as the plugin handles a library without those symbols.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -35,6 +41,8 @@ struct Library {
   absl::Mutex mu;
   std::deque<Result> queue ABSL_GUARDED_BY(mu);
   int in_delivery ABSL_GUARDED_BY(mu) = 0;
+  bool draining ABSL_GUARDED_BY(mu) = false;  // nanhunt_cuda_drain: no lag
+  size_t lag = 0;                             // HOST_GPU_LAG
   NanhuntDeliverFn deliver = nullptr;
   const nanhunt::CheckLimits* limits = nullptr;
 };
@@ -74,7 +82,10 @@ void Drain() {
     {
       absl::MutexLock lock(&lib.mu);
       lib.mu.Await(absl::Condition(
-          +[](std::deque<Result>* q) { return !q->empty(); }, &lib.queue));
+          +[](Library* l) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return l->queue.size() > (l->draining ? 0 : l->lag);
+          },
+          &lib));
       r = lib.queue.front();
       lib.queue.pop_front();
       ++lib.in_delivery;
@@ -90,6 +101,7 @@ void Drain() {
 HOST_GPU_API int nanhunt_cuda_start(double near_max, NanhuntDeliverFn deliver, char*, int) {
   Lib().deliver = deliver;
   Lib().limits = new nanhunt::CheckLimits(near_max);
+  if (const char* lag = getenv("HOST_GPU_LAG"); lag != nullptr) Lib().lag = strtoul(lag, nullptr, 10);
   std::thread(Drain).detach();
   return 0;
 }
@@ -129,6 +141,7 @@ HOST_GPU_API int nanhunt_cuda_order_after(int, void*, void*, char*, int) { retur
 HOST_GPU_API void nanhunt_cuda_drain(void) {
   Library& lib = Lib();
   absl::MutexLock lock(&lib.mu);
+  lib.draining = true;
   lib.mu.Await(absl::Condition(
       +[](Library* l) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return l->queue.empty() && l->in_delivery == 0;
