@@ -114,6 +114,9 @@ class CheckBatches {
     if (batch == nullptr) {
       batches_.push_back(Batch{key, {}, 0});
       batch = &batches_.back();
+      // Filled to max_checks_ one op at a time: moved once each, not on
+      // every doubling.
+      batch->entries.reserve(static_cast<size_t>(max_checks_));
     }
     for (Entry& e : entries) batch->entries.push_back(std::move(e));
     batch->bytes += bytes;

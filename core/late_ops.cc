@@ -69,6 +69,8 @@ LateOps::LateOps(Monitor* monitor,
       remember_(std::move(remember)) {}
 
 bool LateOps::Wanted(const std::string& op) const {
+  // Asked at every GPU op: a healthy run wants no line, and takes no lock.
+  if (!any_wanted_.load(std::memory_order_acquire)) return false;
   absl::MutexLock lock(&mu_);
   return wanted_.contains(op);
 }
@@ -141,6 +143,7 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
          any_nonfinite) &&
         op->source.empty() && op->phase == Phase::kForward) {
       wanted_.insert(op->op);
+      any_wanted_.store(true, std::memory_order_release);
     }
   }
   if (on_verdict_) on_verdict_(*op, verdict);

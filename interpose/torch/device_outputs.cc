@@ -20,12 +20,11 @@ namespace {
 
 // Loaded at the first GPU output: libnanhunt_cuda.so next to this plugin.
 CudaLibrary& Library(Session& session) {
-  CudaLibrary& lib = LoadCudaLibrary(session, &StorageStateOf, &RememberStorage);
-  static const bool holding = [&] {
-    if (lib.unavailable.empty()) StartHoldingChecks(session, lib);
-    return true;
+  static CudaLibrary& lib = [&]() -> CudaLibrary& {
+    CudaLibrary& loaded = LoadCudaLibrary(session, &StorageStateOf, &RememberStorage);
+    if (loaded.unavailable.empty()) StartHoldingChecks(session, loaded);
+    return loaded;
   }();
-  (void)holding;
   return lib;
 }
 
@@ -35,6 +34,8 @@ bool IsCheckableOnDevice(const at::Tensor& t) {
          !WithoutOwnMemory(t);
 }
 
+// `fn` gets references into `values` (a tensor list's elements read in
+// place, not copied out): they live as long as `values` does.
 template <class Fn>
 void ForEachTensorIn(const std::vector<c10::IValue>& values, Fn fn) {
   for (size_t i = 0; i < values.size(); ++i) {
@@ -42,7 +43,7 @@ void ForEachTensorIn(const std::vector<c10::IValue>& values, Fn fn) {
     if (v.isTensor()) {
       fn(static_cast<int>(i), v.toTensor());
     } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorVector()) fn(static_cast<int>(i), t);
+      for (const c10::IValue& e : v.toListRef()) fn(static_cast<int>(i), e.toTensor());
     }
   }
 }
@@ -118,6 +119,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     in.counts = CountScalar(inputs[i].toDouble());
     op->inputs.push_back(std::move(in));
   }
+  op->inputs.reserve(inputs.size());  // one per argument, but for tensor lists
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !torch_compat::FormatOf(t.scalar_type())) return;
     LateInput in;
@@ -150,43 +152,54 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   }
   // Outputs: host ones are checked now; device ones are enqueued. The op
   // is complete once every enqueued result is in (pending counts them).
-  std::vector<std::pair<at::Tensor, int>> device_outputs;
+  // An op has one output, or a few; a foreach op one per parameter.
+  struct DeviceOutput {
+    const at::Tensor* tensor;  // in `outputs`
+    int index;  // in op->outputs
+    const void* storage;
+  };
+  absl::InlinedVector<DeviceOutput, 4> device_outputs;
+  op->outputs.reserve(outputs.size());
+  op->output_sizes.reserve(outputs.size());
+  op->output_storages.reserve(outputs.size());
   ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
     const auto format = t.defined() ? torch_compat::FormatOf(t.scalar_type()) : std::nullopt;
     if (!format) return;
     TensorFacts facts;
     absl::InlinedVector<int64_t, 6> sizes;
+    const void* storage = nullptr;
     if (IsCheckableOnDevice(t)) {
       facts.format = *format;
       sizes.assign(t.sizes().begin(), t.sizes().end());  // shape formatted later
-      device_outputs.emplace_back(t, static_cast<int>(op->outputs.size()));
+      storage = StorageKey(t);
+      device_outputs.push_back({&t, static_cast<int>(op->outputs.size()), storage});
     } else if (!CheckTensor(t, limits, facts)) {
       CountIfUnreadable(t, OwnerOf(*op));
       return;
     }
     op->outputs.push_back(std::move(facts));
     op->output_sizes.push_back(std::move(sizes));
-    op->output_storages.push_back(IsCheckableOnDevice(t) ? StorageKey(t) : nullptr);
+    op->output_storages.push_back(storage);
   });
   if (!traits.collective) {
     // Written by this op now: no longer what a collective left there.
-    std::vector<const void*> written;
-    for (const auto& [t, index] : device_outputs) written.push_back(StorageKey(t));
+    absl::InlinedVector<const void*, 4> written;
+    for (const DeviceOutput& out : device_outputs) written.push_back(out.storage);
     session.monitor().ForgetCollective(written);
   }
   op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
   std::vector<OutputCheck> checks;
   checks.reserve(device_outputs.size());
-  for (const auto& [t, index] : device_outputs) {
+  for (const DeviceOutput& out : device_outputs) {
     OutputCheck check;
-    check.tensor = t;
-    check.described = Describe(t, op->outputs[index].format);
-    check.pending = new Pending{op, nullptr, index};
+    check.tensor = *out.tensor;
+    check.described = Describe(*out.tensor, op->outputs[out.index].format);
+    check.pending = new Pending{op, nullptr, out.index};
     checks.push_back(std::move(check));
   }
   EnqueueOrHold(lib, checks);
   for (OutputCheck& check : checks) {
-    if (check.held || check.enqueued) continue;  // held: enqueued with its batch
+    if (check.enqueued) continue;  // held ones were taken: enqueued with their batch
     const int index = check.pending->index;
     delete check.pending;
     // Not checked, and said so: never read as finite.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check_limits.h"
@@ -193,11 +194,12 @@ bool HoldChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
   int64_t bytes = 0;
   for (OutputCheck& c : checks) {
     bytes += c.tensor.numel() * static_cast<int64_t>(c.tensor.element_size());
-    c.held = true;
     c.storage = c.tensor.storage();
     c.memory = MemoryOf(c.storage);
   }
-  done = g_held->Add({device.index(), stream}, checks, bytes);
+  // Held, all of them: the caller has nothing left to do with `checks`.
+  done = g_held->Add({device.index(), stream}, std::move(checks), bytes);
+  checks.clear();
   EnqueueHeld(lib, done);
   g_any_held.store(!g_held->empty(), std::memory_order_release);
   return true;
@@ -207,11 +209,12 @@ bool HoldChecks(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
 // NANHUNT_MAX_BATCH per kernel launch (a foreach op over a model's 150
 // parameters costs 5 launches, not 150), the rest one by one.
 void EnqueueNow(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
-  std::vector<bool> done(checks.size(), false);
+  // Most ops have one output: nothing here should cost an allocation.
+  absl::InlinedVector<bool, 8> done(checks.size(), false);
   for (size_t i = 0; i < checks.size(); ++i) {
     if (done[i]) continue;
     const OutputCheck& first = checks[i];
-    std::vector<size_t> batch{i};
+    absl::InlinedVector<size_t, 8> batch{i};
     if (lib.enqueue_many != nullptr && first.described.dense) {
       for (size_t j = i + 1; j < checks.size() && batch.size() < NANHUNT_MAX_BATCH; ++j) {
         if (!done[j] && checks[j].described.dense &&
@@ -221,8 +224,8 @@ void EnqueueNow(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
         }
       }
     }
-    std::vector<NanhuntDeviceTensor> described;
-    std::vector<void*> contexts;
+    absl::InlinedVector<NanhuntDeviceTensor, 2> described;
+    absl::InlinedVector<void*, 8> contexts;
     for (size_t k : batch) {
       done[k] = true;
       described.push_back(checks[k].described);

@@ -29,7 +29,6 @@ struct OutputCheck {
   NanhuntDeviceTensor described;
   Pending* pending = nullptr;
   bool enqueued = false;
-  bool held = false;  // NANHUNT_GPU_BATCH: enqueued (or counted) later
   std::string error;  // when not
   // Held: the storage (kept even if the tensor is set_ to another) and the
   // memory it owned then, which it may give back without any op.
@@ -39,8 +38,8 @@ struct OutputCheck {
 
 // Enqueues `checks` on each tensor's device's current stream: dense tensors
 // of one device and format together, NANHUNT_MAX_BATCH a launch; or holds
-// them back for a batch. Each ends enqueued, held, or with `error` (the
-// caller counts those, CountNotEnqueued).
+// them back for a batch, taking them out of `checks`. Each left ends
+// enqueued or with `error` (the caller counts those, CountNotEnqueued).
 void EnqueueOrHold(const CudaLibrary& lib, std::vector<OutputCheck>& checks);
 
 // Enqueues `described` (with its `contexts`) on `device`'s current stream
