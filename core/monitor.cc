@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -169,17 +170,27 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
       e.phase = steps_.Refine(e.phase, e.grad_enabled);
     }
     step_trained_ |= e.takes_grad_input || e.phase == Phase::kBackward;
-    ++call_index_;
+    // Results of a step before this one's: the GPU is done with it.
+    if (e.late_step >= 0) WriteLateStepsLocked(e.late_step);
+    LateStep* late = LateStepOf(e);
     OpState& state = ops_[e.op];
+    StepStats& step_stats = late != nullptr ? late->ops[e.op] : state;
     const int p = static_cast<int>(e.phase);
     for (const auto& t : e.outputs) {
       const int f = static_cast<int>(t.format);
-      Stats& s = state.stats[p][f];
-      state.touched[p][f] = true;
+      Stats& s = step_stats.stats[p][f];
+      step_stats.touched[p][f] = true;
       s.calls += 1;
       MergeCounts(s.counts, t.counts);
     }
-    if (nonfinite) ++step_nonfinite_ops_;
+    if (late != nullptr) {
+      ++late->ops_count;
+      if (nonfinite) ++late->nonfinite_ops;
+      if (std::isfinite(max_abs)) late->max_abs = std::max(late->max_abs, max_abs);
+    } else {
+      ++call_index_;
+      if (nonfinite) ++step_nonfinite_ops_;
+    }
     if (nonfinite && e.phase == Phase::kBackward &&
         step_bad_backward_op_.empty()) {
       // The op the autograd node called (mul), not a helper inside it (the
@@ -187,7 +198,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
       step_bad_backward_op_ = std::string(e.top_op.empty() ? e.op : e.top_op);
       step_bad_forward_op_ = std::string(e.forward_op);
     }
-    if (std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
+    if (late == nullptr && std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
     if (!nonfinite && total.near_max > 0) {
       const double last = state.near_reported[p];
       want_headroom = last == 0 || max_abs >= last * kHeadroomGrowth;
@@ -281,7 +292,12 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     inputs = context.Inputs();
     if (IsMasking(e, total, inputs)) {
       absl::MutexLock lock(&mu_);
-      --step_nonfinite_ops_;  // a mask is not a non-finite step
+      // A mask is not a non-finite step.
+      if (LateStep* late = LateStepOf(e); late != nullptr) {
+        --late->nonfinite_ops;
+      } else {
+        --step_nonfinite_ops_;
+      }
       mask_ops_.insert(std::string(e.op));
       return Verdict::kMasked;
     }
@@ -332,7 +348,13 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
         }
       }
     }
-    if (verdict == Verdict::kOrigin) ++step_origins_;
+    if (verdict == Verdict::kOrigin) {
+      if (LateStep* late = LateStepOf(e); late != nullptr) {
+        ++late->origins;
+      } else {
+        ++step_origins_;
+      }
+    }
     // Origins and inputs are always recorded; propagation is capped per step
     // (its counts stay complete in op_stats).
     if (verdict == Verdict::kPropagated &&
@@ -494,8 +516,9 @@ void Monitor::OnOptimizerStepEnd() {
   steps_.OnOptimizerStepEnd();
 }
 
-void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
-  for (auto& [name, state] : ops_) {
+template <class Ops>
+void Monitor::WriteOpStatsLocked(int64_t step, Ops& ops) {
+  for (auto& [name, state] : ops) {
     for (int p = 0; p < kPhaseCount; ++p) {
       for (int f = 0; f < kFormatCount; ++f) {
         if (!state.touched[p][f]) continue;
@@ -522,6 +545,34 @@ void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
       }
     }
   }
+}
+
+Monitor::LateStep* Monitor::LateStepOf(const OpEvent& e) {
+  if (e.late_step < 0 || e.late_step > written_through_) return nullptr;
+  return &late_steps_[e.late_step];
+}
+
+void Monitor::WriteLateStepsLocked(int64_t before) {
+  while (!late_steps_.empty() && late_steps_.begin()->first < before) {
+    auto it = late_steps_.begin();
+    WriteOpStatsLocked(it->first, it->second.ops);
+    if (writer_) {
+      StepRow row;
+      row.step = it->first;
+      row.ops = it->second.ops_count;
+      row.nonfinite_ops = it->second.nonfinite_ops;
+      row.origins = it->second.origins;
+      row.max_abs = it->second.max_abs;
+      row.started = row.ended = std::nan("");  // the step's own row has its times
+      writer_->Add(row);
+    }
+    late_steps_.erase(it);
+  }
+}
+
+void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
+  WriteOpStatsLocked(step, ops_);
+  written_through_ = std::max(written_through_, step);
   if (writer_ && (call_index_ > 0 || ended)) {
     StepRow row;
     row.step = step;
@@ -550,6 +601,7 @@ void Monitor::FlushStep() {
   // trained (a run killed mid-step); its statistics are written either way.
   if (!step_trained_) call_index_ = 0;
   WriteStepLocked(steps_.step(), clock_());
+  WriteLateStepsLocked(std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace nanhunt

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
@@ -210,13 +211,35 @@ class Monitor {
     int64_t calls = 0;
     CheckCounts counts;
   };
-  // One op name's state across phases and formats.
-  struct OpState {
+  // One op name's statistics in a step, across phases and formats.
+  struct StepStats {
     Stats stats[kPhaseCount][kFormatCount];
     bool touched[kPhaseCount][kFormatCount] = {};
+  };
+  // One op name's state: this step's statistics, and what was reported.
+  struct OpState : StepStats {
     double near_reported[kPhaseCount] = {};  // max |x| last reported
     bool underflow_reported[kPhaseCount] = {};
   };
+  // What GPU results of a step whose rows were written already added to
+  // it: the host runs ahead of the GPU, and a step ends at its last op's
+  // launch, not its result. Written as more op_stats and steps rows of
+  // that step, which the trace's readers sum.
+  struct LateStep {
+    absl::flat_hash_map<std::string, StepStats> ops;
+    int64_t ops_count = 0, nonfinite_ops = 0, origins = 0;
+    double max_abs = 0;
+  };
+
+  // The late step whose totals a GPU result `e` adds to, or null when its
+  // step is still open (or `e` is no GPU result): the current step's.
+  LateStep* LateStepOf(const OpEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the rows of the late steps before `step`, and forgets them.
+  void WriteLateStepsLocked(int64_t before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An op_stats row for each touched phase and format of `ops`, untouched
+  // after.
+  template <class Ops>
+  void WriteOpStatsLocked(int64_t step, Ops& ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Writes `step`'s statistics and its steps row, and starts a new step.
   // The row is left out for a step with no checked op unless `ended` (an
@@ -246,6 +269,8 @@ class Monitor {
   StepTracker steps_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, OpState> ops_ ABSL_GUARDED_BY(mu_);
   int64_t call_index_ ABSL_GUARDED_BY(mu_) = 0;  // within the step
+  int64_t written_through_ ABSL_GUARDED_BY(mu_) = -1;  // last step written
+  absl::btree_map<int64_t, LateStep> late_steps_ ABSL_GUARDED_BY(mu_);
   int64_t step_nonfinite_ops_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_origins_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_findings_ ABSL_GUARDED_BY(mu_) = 0;

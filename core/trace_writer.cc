@@ -1,5 +1,7 @@
 #include "core/trace_writer.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/quiet_thread.h"
@@ -16,6 +18,14 @@ absl::Status SqliteError(sqlite3* db, absl::string_view what) {
 void BindText(sqlite3_stmt* s, int i, const std::string& v) {
   sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()),
                     SQLITE_TRANSIENT);
+}
+
+void BindTime(sqlite3_stmt* s, int i, double t) {
+  if (std::isnan(t)) {
+    sqlite3_bind_null(s, i);
+  } else {
+    sqlite3_bind_double(s, i, t);
+  }
 }
 
 }  // namespace
@@ -294,8 +304,10 @@ void TraceWriter::Write(const Row& row) {
     sqlite3_bind_int64(s, 3, st->nonfinite_ops);
     sqlite3_bind_int64(s, 4, st->origins);
     sqlite3_bind_double(s, 5, st->max_abs);
-    sqlite3_bind_double(s, 6, st->started);
-    sqlite3_bind_double(s, 7, st->ended);
+    // NaN times (a row of late GPU results added to a step) are NULL, which
+    // the readers' MIN(started) and MAX(ended) pass over.
+    BindTime(s, 6, st->started);
+    BindTime(s, 7, st->ended);
   } else if (const auto* l = std::get_if<LossScaleRow>(&row)) {
     s = scale_stmt_;
     sqlite3_bind_int64(s, 1, l->step);

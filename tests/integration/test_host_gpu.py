@@ -65,6 +65,25 @@ def test_a_strided_output_is_read_value_by_value(out):
     assert rows == [(256, 0, 256)]
 
 
+def test_results_that_arrive_steps_late_count_in_their_own_steps(out):
+    # HOST_GPU_LAG holds every result back until the drain at exit, as a
+    # GPU far behind the host would: each op's statistics still belong to
+    # the step it ran in, in op_stats and in the steps table.
+    r = run_gpu_ops(["overflow", "3", "5"], out, STAND_IN_PRELOAD, HOST_GPU_LAG="1000")
+    assert r.returncode == 0, r.stderr
+    (trace,) = sorted(out.glob("*.sqlite"))
+    db = sqlite3.connect(trace)
+    mul = db.execute("SELECT step, SUM(calls), SUM(elements), SUM(posinf) FROM op_stats "
+                     "WHERE op = 'aten::mul' GROUP BY step ORDER BY step").fetchall()
+    assert mul == [(0, 1, 256, 0), (1, 1, 256, 0), (2, 1, 256, 0), (3, 1, 256, 256),
+                   (4, 1, 256, 0)]
+    origins = db.execute("SELECT step, SUM(origins) FROM steps GROUP BY step "
+                         "ORDER BY step").fetchall()
+    assert origins == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 0)]
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["step"]) == ("aten::mm", 3), first
+
+
 def test_gpu_ops_leave_the_program_bit_identical(out):
     plain = run([PROGRAM, "overflow", "3", "6"])
     monitored = run_gpu_ops(["overflow", "3", "6"], out, STAND_IN_PRELOAD)

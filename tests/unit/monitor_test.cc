@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "core/trace_writer.h"
 #include "gtest/gtest.h"
@@ -361,16 +363,35 @@ TEST_F(MonitorTest, SkippedStepNamesTheFirstBackwardOpOfThatStep) {
             "(no checked backward op made them)");
 }
 
+// A monitor writing a real trace file, read back once the test closes it.
+class TracedMonitorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::testing::TempDir() + "/" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+            std::to_string(getpid()) + ".sqlite";
+    std::remove(path_.c_str());
+    auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+    ASSERT_TRUE(w.ok()) << w.status();
+    writer_ = std::move(*w);
+    monitor_ = std::make_unique<Monitor>(config_, writer_.get(), [] { return 1.0; });
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+  absl::StatusOr<Trace> CloseAndRead() {
+    writer_->Close();
+    return ReadTrace(path_, /*with_series=*/true);
+  }
+
+  std::string path_;
+  Config config_;
+  std::unique_ptr<TraceWriter> writer_;
+  std::unique_ptr<Monitor> monitor_;
+};
+
 // A GPU scaler's update in two parts: the step when the update runs, the
 // loss-scale row once its values are back, for the step the first part gave.
-TEST(MonitorScalerTest, UpdateInTwoPartsRecordsTheStepItRanIn) {
-  const std::string path =
-      ::testing::TempDir() + "/scaler" + std::to_string(getpid()) + ".sqlite";
-  std::remove(path.c_str());
-  auto w = TraceWriter::Open(path, std::chrono::milliseconds(50));
-  ASSERT_TRUE(w.ok()) << w.status();
-  Config config;
-  Monitor m(config, w->get(), [] { return 1.0; });
+TEST_F(TracedMonitorTest, ScalerUpdateInTwoPartsRecordsTheStepItRanIn) {
+  Monitor& m = *monitor_;
   // Step 0: the optimizer ran, then the update.
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
@@ -384,10 +405,8 @@ TEST(MonitorScalerTest, UpdateInTwoPartsRecordsTheStepItRanIn) {
   // The values arrive later, in step 2, and still belong to steps 0 and 1.
   m.RecordLossScale(ran.step, 65536.0, false);
   m.RecordLossScale(skipped.step, 32768.0, true);
-  (*w)->Close();
-  auto t = ReadTrace(path);
+  auto t = CloseAndRead();
   ASSERT_TRUE(t.ok()) << t.status();
-  std::remove(path.c_str());
   ASSERT_EQ(t->loss_scale.size(), 2u);
   EXPECT_EQ(t->loss_scale[0].step, 0);
   EXPECT_EQ(t->loss_scale[0].scale, 65536.0);
@@ -395,6 +414,65 @@ TEST(MonitorScalerTest, UpdateInTwoPartsRecordsTheStepItRanIn) {
   EXPECT_EQ(t->loss_scale[1].step, 1);
   EXPECT_EQ(t->loss_scale[1].scale, 32768.0);
   EXPECT_TRUE(t->loss_scale[1].skipped);
+}
+
+// The host runs ahead of the GPU: a step ends at its last op's launch, and
+// results of its ops may come in while the next step runs. They count in
+// their own step, in op_stats and in the steps table, not in the step that
+// was running when they arrived.
+TEST_F(TracedMonitorTest, GpuResultsArrivingAfterTheirStepEndedCountInThatStep) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  // Step 0: a GPU matmul is enqueued; the optimizer ends the step before
+  // its result is back.
+  const Monitor::Position enqueued = m.NoteLateOp(Phase::kForward, true, false, true);
+  ASSERT_EQ(enqueued.step, 0);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  ASSERT_EQ(m.step(), 1);
+  // Step 1 runs a GPU op of its own, then step 0's result arrives: inf
+  // from finite inputs, an origin of step 0.
+  ASSERT_EQ(m.NoteLateOp(Phase::kForward, true, false, true).step, 1);
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  OpEvent late;
+  late.op = "aten::mm";
+  late.phase = Phase::kForward;
+  late.late_step = 0;
+  late.outputs = absl::MakeConstSpan(&overflowed, 1);
+  EXPECT_EQ(m.OnOp(late, ctx), Verdict::kOrigin);
+  // Step 1's own result arrives in its step.
+  const TensorFacts fine = Fp16(0, 0x4000);
+  OpEvent current = late;
+  current.op = "aten::add";
+  current.late_step = 1;
+  current.outputs = absl::MakeConstSpan(&fine, 1);
+  EXPECT_EQ(m.OnOp(current, ctx), Verdict::kClean);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->op_steps.size(), 2u);
+  EXPECT_EQ(t->op_steps[0].step, 0);
+  EXPECT_EQ(t->op_steps[0].op, "aten::mm");
+  EXPECT_EQ(t->op_steps[0].nonfinite, 3);
+  EXPECT_EQ(t->op_steps[1].step, 1);
+  EXPECT_EQ(t->op_steps[1].op, "aten::add");
+  EXPECT_EQ(t->op_steps[1].nonfinite, 0);
+  ASSERT_EQ(t->steps.size(), 2u);
+  EXPECT_EQ(t->steps[0].step, 0);
+  EXPECT_EQ(t->steps[0].nonfinite_ops, 1);
+  EXPECT_EQ(t->steps[0].origins, 1);
+  EXPECT_EQ(t->steps[0].ops, 1);
+  // The step keeps the times of its own row (the clock's 1.0): the late
+  // row has none, rather than a 0 or a NaN that MIN would pick.
+  EXPECT_EQ(t->steps[0].started, 1.0);
+  EXPECT_EQ(t->steps[0].ended, 1.0);
+  EXPECT_EQ(t->steps[1].nonfinite_ops, 0);
+  EXPECT_EQ(t->steps[1].origins, 0);
+  EXPECT_EQ(t->steps[1].ops, 1);
+  ASSERT_EQ(t->findings.size(), 1u);
+  EXPECT_EQ(t->findings[0].step, 0);
 }
 
 }  // namespace
