@@ -58,7 +58,7 @@ inline OutputOwner OwnerOf(const LateOp& op) { return {op.op, op.phase, op.step}
 // NANHUNT_GPU_BATCH in every-op mode, from the library's first use on.
 void StartHoldingChecks(Session& session, const CudaLibrary& lib);
 // Everything held, enqueued now (before values are read back, so that
-// results stay in order).
+// results stay in order; at an optimizer step's end).
 void EnqueueEverythingHeld();
 // At exit: everything held is enqueued, and checks go op by op from then on.
 void StopHoldingChecks();

@@ -695,6 +695,11 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
         case FrameKind::kOptimizer:
           --ts.optimizer_depth;
           Session::Get()->monitor().OnOptimizerStepEnd();
+          // A step's checks held back for a batch go at its end, not with
+          // the next step's first ops: whatever the process does in between
+          // (an evaluation, a checkpoint, a stall for data), the step's
+          // results, and an origin in it, come in without waiting for it.
+          if (DeviceChecksHeld()) EnqueueEverythingHeld();
           SpendBudget(*Session::Get());
           UpdateObservation(*Session::Get());
           break;

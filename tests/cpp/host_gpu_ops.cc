@@ -8,8 +8,11 @@
 // enqueues their checks and judges their results late, as on a GPU. Knows
 // nothing of nanhunt.
 //
-//   host_gpu_ops overflow STEP STEPS  a training loop (real CPU steps) whose
-//                                     GPU mm overflows fp16 at step STEP
+//   host_gpu_ops overflow STEP STEPS [named-steps]
+//                                     a training loop (real CPU steps) whose
+//                                     GPU mm overflows fp16 at step STEP;
+//                                     named-steps: each optimizer step in the
+//                                     record Python's optimizers make
 //   host_gpu_ops capture              GPU ops on a stream capturing a graph
 //   host_gpu_ops released             an output whose storage gives its
 //                                     memory back before the next op
@@ -125,7 +128,7 @@ at::Tensor Unseen(const std::function<at::Tensor()>& make) {
 // Real CPU training around the GPU ops, so that there are steps: at step
 // `overflow_step` the GPU matmul's fp16 result overflows (16 x 300 x 300
 // = 1,440,000 > 65504) and the ops after it only pass the inf on.
-int Overflow(int overflow_step, int steps) {
+int Overflow(int overflow_step, int steps, bool named_steps) {
   torch::manual_seed(0);
   torch::nn::Linear model(8, 1);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
@@ -143,7 +146,12 @@ int Overflow(int overflow_step, int steps) {
     Mul(sum, sum);
     torch::Tensor loss = torch::mse_loss(out, y);
     loss.backward();
-    optimizer.step();
+    if (named_steps) {
+      RECORD_USER_SCOPE("Optimizer.step#SGD.step");
+      optimizer.step();
+    } else {
+      optimizer.step();
+    }
     std::printf("step %d loss %a\n", step, loss.item<float>());
   }
   return 0;
@@ -201,7 +209,8 @@ int main(int argc, char** argv) {
   c10::impl::DeviceGuardImplRegistrar registrar(c10::DeviceType::CUDA, &guard);
   const std::string what = argc > 1 ? argv[1] : "";
   if (what == "overflow") {
-    return Overflow(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? std::atoi(argv[3]) : 6);
+    return Overflow(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? std::atoi(argv[3]) : 6,
+                    argc > 4 && std::string(argv[4]) == "named-steps");
   }
   if (what == "capture") return Capture();
   if (what == "released") return Released();

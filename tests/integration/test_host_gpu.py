@@ -65,6 +65,19 @@ def test_a_strided_output_is_read_value_by_value(out):
     assert rows == [(256, 0, 256)]
 
 
+def test_checks_held_back_are_enqueued_at_each_optimizer_steps_end(out):
+    # With Python's optimizer records, a step's held checks go at its end,
+    # not with the next step's ops: one batch a step, the origin as before.
+    r = run_gpu_ops(["overflow", "3", "6", "named-steps"], out, STAND_IN_PRELOAD,
+                    NANHUNT_GPU_BATCH="32")
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "forward", 3), first
+    m = meta(out)
+    assert int(m["device_checks"]) == 6 * GPU_OPS_A_STEP
+    assert int(m["device_check_batches"]) == 6
+
+
 def test_results_that_arrive_steps_late_count_in_their_own_steps(out):
     # HOST_GPU_LAG holds every result back until the drain at exit, as a
     # GPU far behind the host would: each op's statistics still belong to
