@@ -108,6 +108,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->step = position.step;
   op->phase = position.phase;
   const CheckLimits& limits = session.monitor().limits();
+  op->inputs.reserve(inputs.size());  // one per argument, but for tensor lists
   for (size_t i = 0; i < inputs.size(); ++i) {
     // A non-finite scalar argument (masked_fill(mask, -inf), full(inf)):
     // known now, as on the CPU path.
@@ -119,7 +120,6 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     in.counts = CountScalar(inputs[i].toDouble());
     op->inputs.push_back(std::move(in));
   }
-  op->inputs.reserve(inputs.size());  // one per argument, but for tensor lists
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !torch_compat::FormatOf(t.scalar_type())) return;
     LateInput in;
