@@ -11,7 +11,9 @@
 // exit), as a GPU running behind the host delivers: the op's own thread
 // has let go of its op by then, and the drain thread judges it
 // (bench/gpu_op_cost.py, whose counts would otherwise depend on which
-// thread valgrind happens to run first).
+// thread valgrind happens to run first). HOST_GPU_LOG=FILE gets a line for
+// each call that puts work on a stream: "enqueue DEVICE STREAM CHECKS" and
+// "order_after DEVICE CHECKED_STREAM WAITING_STREAM" (streams by id).
 //
 // No CUPTI: kernel names stay off ("this libnanhunt_cuda.so has no CUPTI
 // support"), as the plugin handles a library without those symbols.
@@ -43,6 +45,7 @@ struct Library {
   int in_delivery ABSL_GUARDED_BY(mu) = 0;
   bool draining ABSL_GUARDED_BY(mu) = false;  // nanhunt_cuda_drain: no lag
   size_t lag = 0;                             // HOST_GPU_LAG
+  FILE* log ABSL_GUARDED_BY(mu) = nullptr;    // HOST_GPU_LOG
   NanhuntDeliverFn deliver = nullptr;
   const nanhunt::CheckLimits* limits = nullptr;
 };
@@ -75,6 +78,13 @@ nanhunt::CheckCounts Check(const NanhuntDeviceTensor& t) {
   return total;
 }
 
+template <class... Args>
+void Log(const char* format, Args... args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(Lib().mu) {
+  if (Lib().log == nullptr) return;
+  fprintf(Lib().log, format, args...);
+  fflush(Lib().log);
+}
+
 void Drain() {
   Library& lib = Lib();
   for (;;) {
@@ -102,6 +112,10 @@ HOST_GPU_API int nanhunt_cuda_start(double near_max, NanhuntDeliverFn deliver, c
   Lib().deliver = deliver;
   Lib().limits = new nanhunt::CheckLimits(near_max);
   if (const char* lag = getenv("HOST_GPU_LAG"); lag != nullptr) Lib().lag = strtoul(lag, nullptr, 10);
+  if (const char* log = getenv("HOST_GPU_LOG"); log != nullptr) {
+    absl::MutexLock lock(&Lib().mu);
+    Lib().log = fopen(log, "w");
+  }
   std::thread(Drain).detach();
   return 0;
 }
@@ -125,6 +139,7 @@ HOST_GPU_API int nanhunt_cuda_enqueue_many(int device, void* stream,
   std::deque<Result> results;
   for (int i = 0; i < n; ++i) results.push_back({contexts[i], Check(tensors[i])});
   absl::MutexLock lock(&Lib().mu);
+  Log("enqueue %d %ld %d\n", device, reinterpret_cast<intptr_t>(stream), n);
   for (Result& r : results) Lib().queue.push_back(r);
   return 0;
 }
@@ -136,7 +151,12 @@ HOST_GPU_API int nanhunt_cuda_enqueue(int device, void* stream, const NanhuntDev
 
 HOST_GPU_API int nanhunt_cuda_capture_forbids_legacy_stream(int, void*) { return 0; }
 
-HOST_GPU_API int nanhunt_cuda_order_after(int, void*, void*, char*, int) { return 0; }
+HOST_GPU_API int nanhunt_cuda_order_after(int device, void* checked, void* waiting, char*, int) {
+  absl::MutexLock lock(&Lib().mu);
+  Log("order_after %d %ld %ld\n", device, reinterpret_cast<intptr_t>(checked),
+      reinterpret_cast<intptr_t>(waiting));
+  return 0;
+}
 
 HOST_GPU_API void nanhunt_cuda_drain(void) {
   Library& lib = Lib();

@@ -14,6 +14,7 @@
 //                                     named-steps: each optimizer step in the
 //                                     record Python's optimizers make
 //   host_gpu_ops capture              GPU ops on a stream capturing a graph
+//   host_gpu_ops devices              ops on two GPUs and a side stream
 //   host_gpu_ops released             an output whose storage gives its
 //                                     memory back before the next op
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
@@ -30,36 +31,44 @@
 
 namespace {
 
-thread_local c10::StreamId t_stream = 0;
+constexpr int kDevices = 2;  // cuda:0 and cuda:1
+constexpr c10::StreamId kSideStreamId = 5;  // a stream of torch.cuda.Stream()
+thread_local c10::DeviceIndex t_device = 0;
+thread_local c10::StreamId t_stream[kDevices] = {0, 0};  // each device's current stream
+
+c10::Device Cuda(c10::DeviceIndex index) { return c10::Device(c10::DeviceType::CUDA, index); }
 
 // CUDA as far as the plugin asks (devices and streams), with no driver.
 class HostGpuGuard final : public c10::impl::DeviceGuardImplInterface {
  public:
   c10::DeviceType type() const override { return c10::DeviceType::CUDA; }
-  c10::Device exchangeDevice(c10::Device) const override { return Cuda0(); }
-  c10::Device getDevice() const override { return Cuda0(); }
-  void setDevice(c10::Device) const override {}
-  void uncheckedSetDevice(c10::Device) const noexcept override {}
+  c10::Device exchangeDevice(c10::Device d) const override {
+    const c10::Device old = getDevice();
+    t_device = d.index();
+    return old;
+  }
+  c10::Device getDevice() const override { return Cuda(t_device); }
+  void setDevice(c10::Device d) const override { t_device = d.index(); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { t_device = d.index(); }
   c10::Stream getStream(c10::Device device) const override {
-    return c10::Stream(c10::Stream::UNSAFE, device, t_stream);
+    return c10::Stream(c10::Stream::UNSAFE, device, t_stream[device.index()]);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     const c10::Stream old = getStream(s.device());
-    t_stream = s.id();
+    t_stream[s.device_index()] = s.id();
     return old;
   }
-  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  c10::DeviceIndex deviceCount() const noexcept override { return kDevices; }
   void* getStreamNativeHandle(const c10::Stream s) const override {
     return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
   }
-  static c10::Device Cuda0() { return c10::Device(c10::DeviceType::CUDA, 0); }
 };
 
-// A CUDA tensor over `host`'s memory, which it keeps alive.
-at::Tensor OnGpu(const at::Tensor& host) {
+// A CUDA tensor on `device` over `host`'s memory, which it keeps alive.
+at::Tensor OnGpu(const at::Tensor& host, c10::DeviceIndex device = 0) {
   return at::from_blob(host.data_ptr(), host.sizes(), host.strides(),
-                       [keep = host](void*) {}, host.options().device(HostGpuGuard::Cuda0()),
-                       HostGpuGuard::Cuda0());
+                       [keep = host](void*) {}, host.options().device(Cuda(device)),
+                       Cuda(device));
 }
 
 // How an op's values are computed on the host: by ATen ops, hidden from
@@ -85,7 +94,15 @@ at::Tensor GpuOp(const char* name, const char* overload, std::vector<c10::IValue
     at::RecordFunctionGuard off(false);
     host = on_host();
   }
-  at::Tensor out = OnGpu(host);
+  // On its first operand's device, as a CUDA op's result is.
+  c10::DeviceIndex device = 0;
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor()) {
+      device = v.toTensor().device().index();
+      break;
+    }
+  }
+  at::Tensor out = OnGpu(host, device);
   if (record.isActive()) record.setOutputs(std::vector<c10::IValue>{out});
   return out;
 }
@@ -161,12 +178,27 @@ int Overflow(int overflow_step, int steps, bool named_steps) {
 int Capture() {
   const at::Tensor a = OnGpu(Unseen([] { return torch::ones({8, 8}, torch::kHalf); }));
   Mm(a, a);
-  t_stream = kHostGpuCapturingStreamId;
+  t_stream[0] = kHostGpuCapturingStreamId;
   const at::Tensor h = Mm(a, a);
   Add(h, h);
-  t_stream = 0;
+  t_stream[0] = 0;
   Add(a, a);
   std::printf("captured 2 ops\n");
+  return 0;
+}
+
+// Ops on cuda:0, on a side stream of cuda:0, and on cuda:1, where the
+// last one overflows (300 * 300 > 65504): each checked on its own device
+// and stream (HOST_GPU_LOG shows where), the origin the cuda:1 mul.
+int Devices() {
+  const at::Tensor a = OnGpu(Unseen([] { return torch::full({16, 16}, 1.0, torch::kHalf); }), 0);
+  const at::Tensor b = OnGpu(Unseen([] { return torch::full({16, 16}, 300.0, torch::kHalf); }), 1);
+  Mm(a, a);
+  t_stream[0] = kSideStreamId;  // torch.cuda.stream(side)
+  Add(a, a);
+  t_stream[0] = 0;
+  Mul(b, b);
+  std::printf("ran on 2 devices\n");
   return 0;
 }
 
@@ -214,7 +246,8 @@ int main(int argc, char** argv) {
   }
   if (what == "capture") return Capture();
   if (what == "released") return Released();
+  if (what == "devices") return Devices();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS] | capture | released | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | released | loop N\n");
   return 2;
 }

@@ -6,7 +6,8 @@ checks on the CPU and delivers the results late from its own thread, as
 the real one does from the GPU. What runs for real here is everything of
 the GPU path but the kernels: the outputs described and enqueued, late
 results judged in order (origins, inputs non-finite before), checks held
-back for batches, capture and released memory named in the trace.
+back for batches, two devices and a side stream, capture and released
+memory named in the trace.
 scripts/gpu-check.sh checks the same on a GPU, with the real library and
 its kernels (the demo, side streams, capture, batches)."""
 import sqlite3
@@ -76,6 +77,32 @@ def test_checks_held_back_are_enqueued_at_each_optimizer_steps_end(out):
     m = meta(out)
     assert int(m["device_checks"]) == 6 * GPU_OPS_A_STEP
     assert int(m["device_check_batches"]) == 6
+
+
+def test_ops_on_two_gpus_and_a_side_stream_are_checked_where_they_ran(out, tmp_path):
+    # cuda:0's mm on its default stream, an add on a side stream of cuda:0,
+    # cuda:1's mul (the overflow): each check on its op's device and
+    # stream, the origin cuda:1's mul.
+    log = tmp_path / "calls.log"
+    r = run_gpu_ops(["devices"], out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log))
+    assert r.returncode == 0, r.stderr
+    assert view_json(out)["first_origin"]["op"] == "aten::mul"
+    assert log.read_text().splitlines() == ["enqueue 0 0 1", "enqueue 0 5 1", "enqueue 1 0 1"]
+
+
+def test_held_checks_go_on_their_own_stream_and_the_next_stream_waits(out, tmp_path):
+    # With batches, a stream change on cuda:0 enqueues what was held on the
+    # stream it was held for, and makes the new stream wait for it (the
+    # program may have ordered the two with an event nanhunt does not see);
+    # cuda:1's check goes in a batch of its own.
+    log = tmp_path / "calls.log"
+    r = run_gpu_ops(["devices"], out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log),
+                    NANHUNT_GPU_BATCH="32")
+    assert r.returncode == 0, r.stderr
+    assert view_json(out)["first_origin"]["op"] == "aten::mul"
+    assert log.read_text().splitlines() == [
+        "enqueue 0 0 1", "order_after 0 0 5", "enqueue 0 5 1", "order_after 0 5 0",
+        "enqueue 1 0 1"]
 
 
 def test_results_that_arrive_steps_late_count_in_their_own_steps(out):
