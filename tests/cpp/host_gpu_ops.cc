@@ -15,6 +15,8 @@
 //                                     record Python's optimizers make
 //   host_gpu_ops capture              GPU ops on a stream capturing a graph
 //   host_gpu_ops devices              ops on two GPUs and a side stream
+//   host_gpu_ops in-place             an output overflowed in place by the
+//                                     next op
 //   host_gpu_ops released             an output whose storage gives its
 //                                     memory back before the next op
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
@@ -202,6 +204,20 @@ int Devices() {
   return 0;
 }
 
+// An output overflowed in place by the next op (2 * 2 * 40000 > 65504): a
+// check held back for a batch must be enqueued before that write, or it
+// would read the inf and name the mul, not the mul_.
+int InPlace() {
+  const at::Tensor a = OnGpu(Unseen([] { return torch::full({16, 16}, 2.0, torch::kHalf); }));
+  const at::Tensor y = Mul(a, a);
+  GpuOp("aten::mul_", "Scalar", {y, c10::Scalar(40000.0)}, [&] {
+    HostOf(y).mul_(40000.0);
+    return HostOf(y);
+  });
+  std::printf("overflowed in place\n");
+  return 0;
+}
+
 // An output whose storage gives its memory back (FSDP's resize_(0))
 // before its held check is enqueued: dropped, not read.
 int Released() {
@@ -247,7 +263,8 @@ int main(int argc, char** argv) {
   if (what == "capture") return Capture();
   if (what == "released") return Released();
   if (what == "devices") return Devices();
+  if (what == "in-place") return InPlace();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | released | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | loop N\n");
   return 2;
 }

@@ -105,6 +105,20 @@ def test_held_checks_go_on_their_own_stream_and_the_next_stream_waits(out, tmp_p
         "enqueue 1 0 1"]
 
 
+@pytest.mark.parametrize("batch", ["1", "32"])
+def test_an_output_overflowed_in_place_later_is_blamed_on_the_in_place_op(out, tmp_path, batch):
+    # y = a * a is finite; y.mul_(40000) overflows it. Held back for a
+    # batch, y's check must be enqueued before the mul_ writes (the
+    # stand-in, like the kernel, reads the memory when enqueued): else it
+    # would read the inf and the origin would be the mul.
+    log = tmp_path / "calls.log"
+    r = run_gpu_ops(["in-place"], out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log),
+                    NANHUNT_GPU_BATCH=batch)
+    assert r.returncode == 0, r.stderr
+    assert view_json(out)["first_origin"]["op"] == "aten::mul_"
+    assert log.read_text().splitlines() == ["enqueue 0 0 1", "enqueue 0 0 1"]
+
+
 def test_results_that_arrive_steps_late_count_in_their_own_steps(out):
     # HOST_GPU_LAG holds every result back until the drain at exit, as a
     # GPU far behind the host would: each op's statistics still belong to
