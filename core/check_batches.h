@@ -115,7 +115,11 @@ class CheckBatches {
       batches_.push_back(Batch{key, {}, 0});
       batch = &batches_.back();
       // Filled to max_checks_ one op at a time: moved once each, not on
-      // every doubling.
+      // every doubling, into a vector of an earlier batch when there is one.
+      if (!spare_.empty()) {
+        batch->entries = std::move(spare_.back());
+        spare_.pop_back();
+      }
       batch->entries.reserve(static_cast<size_t>(max_checks_));
     }
     for (Entry& e : entries) batch->entries.push_back(std::move(e));
@@ -151,6 +155,13 @@ class CheckBatches {
     return taken;
   }
 
+  // A flushed batch's `entries`, emptied by the caller, back for a later
+  // batch: no allocation of max_checks_ entries a batch.
+  void Recycle(std::vector<Entry> entries) {
+    entries.clear();
+    if (spare_.size() < kSpares) spare_.push_back(std::move(entries));
+  }
+
   // Everything held, in order, without waits.
   std::vector<Flush> TakeAll() {
     std::vector<Flush> flushes;
@@ -182,9 +193,11 @@ class CheckBatches {
     return f;
   }
 
+  static constexpr size_t kSpares = 4;  // a batch a device, and one spare
   const int max_checks_;
   const int64_t max_bytes_;
   std::vector<Batch> batches_;  // one per device at most
+  std::vector<std::vector<Entry>> spare_;  // emptied, capacity kept (Recycle)
 };
 
 }  // namespace nanhunt

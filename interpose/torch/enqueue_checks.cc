@@ -41,10 +41,39 @@ std::atomic<int64_t> g_released{0};   // held outputs whose memory went first
 // NANHUNT_GPU_BATCH=auto: what ends batching, and why it ended (the trace).
 ForeignCudaCode* g_foreign ABSL_GUARDED_BY(g_held_mu) = nullptr;
 std::string* g_batching_stopped ABSL_GUARDED_BY(g_held_mu) = nullptr;
-// Batches taken for enqueuing. Let go of only after g_held_mu is released:
-// a held tensor's last reference may be its Python object's, and freeing
-// that takes the GIL, which a thread waiting for g_held_mu may hold.
-using HeldFlushes = std::vector<CheckBatches<OutputCheck>::Flush>;
+// Batches taken for enqueuing, let go of when this goes, which must be
+// after g_held_mu is released: a held tensor's last reference may be its
+// Python object's, and freeing that takes the GIL, which a thread waiting
+// for g_held_mu may hold. Their emptied vectors then go back to g_held for
+// the next batches: a batch's vector is about 8 KB, and glibc's malloc
+// consolidates its fast bins at a request or a free that large (callgrind:
+// 1,300 instructions an op in bench/gpu_op_cost.py's batches).
+class HeldFlushes {
+ public:
+  using Flush = CheckBatches<OutputCheck>::Flush;
+  HeldFlushes() = default;
+  HeldFlushes(std::vector<Flush> taken) : taken_(std::move(taken)) {}  // NOLINT: CheckBatches' results
+  HeldFlushes(HeldFlushes&&) = default;
+  // Adds: what this held already is let go of with the rest, never here.
+  HeldFlushes& operator=(HeldFlushes&& other) {
+    for (Flush& f : other.taken_) taken_.push_back(std::move(f));
+    other.taken_.clear();
+    return *this;
+  }
+  ~HeldFlushes() {
+    if (taken_.empty()) return;  // also when made and dropped under g_held_mu
+    for (Flush& f : taken_) f.entries.clear();  // the tensors, without the lock
+    absl::MutexLock lock(&g_held_mu);
+    if (g_held == nullptr) return;
+    for (Flush& f : taken_) g_held->Recycle(std::move(f.entries));
+  }
+  bool empty() const { return taken_.empty(); }
+  std::vector<Flush>::iterator begin() { return taken_.begin(); }
+  std::vector<Flush>::iterator end() { return taken_.end(); }
+
+ private:
+  std::vector<Flush> taken_;
+};
 
 // Checks enqueued (all of `described`) and the bytes they read, for the trace.
 void CountEnqueued(const NanhuntDeviceTensor* described, int n) {

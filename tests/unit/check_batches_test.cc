@@ -56,6 +56,23 @@ TEST(CheckBatchesTest, HoldsOutputsOfSeveralOpsUntilFullThenFlushesThemInOrder) 
   EXPECT_TRUE(batches.empty());
 }
 
+// A batch's vector is large (max_checks entries): the next batch fills the
+// one an enqueued batch gave back instead of allocating its own.
+TEST(CheckBatchesTest, ABatchFillsTheVectorAnEarlierBatchGaveBack) {
+  Batches batches(2, 1 << 30);
+  const Batches::Key key{0, nullptr};
+  auto first = batches.Add(key, {"mm", "add"}, 100);
+  ASSERT_EQ(first.size(), 1u);
+  const Held* recycled = first[0].entries.data();
+  first[0].entries.clear();  // the caller lets its tensors go first
+  batches.Recycle(std::move(first[0].entries));
+  EXPECT_TRUE(batches.Add(key, {"gelu"}, 100).empty());
+  auto second = batches.Add(key, {"mul"}, 100);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(Names(second[0]), (std::vector<std::string>{"gelu", "mul"}));
+  EXPECT_EQ(second[0].entries.data(), recycled);
+}
+
 TEST(CheckBatchesTest, TooManyBytesHeldFlushesEarly) {
   Batches batches(32, 1000);
   const Batches::Key key{0, Stream(7)};
