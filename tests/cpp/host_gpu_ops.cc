@@ -144,6 +144,12 @@ at::Tensor Unseen(const std::function<at::Tensor()>& make) {
   return make();
 }
 
+// An fp16 tensor of `value`s on `device`, made where nanhunt does not look
+// (data loading).
+at::Tensor GpuFull(at::IntArrayRef sizes, double value, c10::DeviceIndex device = 0) {
+  return OnGpu(Unseen([&] { return torch::full(sizes, value, torch::kHalf); }), device);
+}
+
 // Real CPU training around the GPU ops, so that there are steps: at step
 // `overflow_step` the GPU matmul's fp16 result overflows (16 x 300 x 300
 // = 1,440,000 > 65504) and the ops after it only pass the inf on.
@@ -178,7 +184,7 @@ int Overflow(int overflow_step, int steps, bool named_steps) {
 
 // Ops on a stream capturing a graph are left unchecked, and named.
 int Capture() {
-  const at::Tensor a = OnGpu(Unseen([] { return torch::ones({8, 8}, torch::kHalf); }));
+  const at::Tensor a = GpuFull({8, 8}, 1.0);
   Mm(a, a);
   t_stream[0] = kHostGpuCapturingStreamId;
   const at::Tensor h = Mm(a, a);
@@ -193,8 +199,8 @@ int Capture() {
 // last one overflows (300 * 300 > 65504): each checked on its own device
 // and stream (HOST_GPU_LOG shows where), the origin the cuda:1 mul.
 int Devices() {
-  const at::Tensor a = OnGpu(Unseen([] { return torch::full({16, 16}, 1.0, torch::kHalf); }), 0);
-  const at::Tensor b = OnGpu(Unseen([] { return torch::full({16, 16}, 300.0, torch::kHalf); }), 1);
+  const at::Tensor a = GpuFull({16, 16}, 1.0, 0);
+  const at::Tensor b = GpuFull({16, 16}, 300.0, 1);
   Mm(a, a);
   t_stream[0] = kSideStreamId;  // torch.cuda.stream(side)
   Add(a, a);
@@ -208,7 +214,7 @@ int Devices() {
 // check held back for a batch must be enqueued before that write, or it
 // would read the inf and name the mul, not the mul_.
 int InPlace() {
-  const at::Tensor a = OnGpu(Unseen([] { return torch::full({16, 16}, 2.0, torch::kHalf); }));
+  const at::Tensor a = GpuFull({16, 16}, 2.0);
   const at::Tensor y = Mul(a, a);
   GpuOp("aten::mul_", "Scalar", {y, c10::Scalar(40000.0)}, [&] {
     HostOf(y).mul_(40000.0);
@@ -221,7 +227,7 @@ int InPlace() {
 // An output whose storage gives its memory back (FSDP's resize_(0))
 // before its held check is enqueued: dropped, not read.
 int Released() {
-  const at::Tensor a = OnGpu(Unseen([] { return torch::full({8, 8}, 2.0, torch::kHalf); }));
+  const at::Tensor a = GpuFull({8, 8}, 2.0);
   at::Tensor doomed = Mul(a, a);
   doomed.storage().unsafeGetStorageImpl()->set_nbytes(0);
   Add(a, a);
@@ -241,7 +247,7 @@ at::Tensor PlainAdd(const at::Tensor& a) {
 }
 
 int Loop(long n) {
-  const at::Tensor a = OnGpu(Unseen([] { return torch::full({4}, 1.5, torch::kHalf); }));
+  const at::Tensor a = GpuFull({4}, 1.5);
   for (long i = 0; i < n; ++i) {
     GpuOp("aten::add", "Tensor", {a, a, c10::Scalar(1)}, [&] { return PlainAdd(a); },
           OnHost::kPlainCpp);
