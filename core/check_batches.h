@@ -35,8 +35,8 @@
 // given in order before letting go, so that rings see them in that order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <utility>
 #include <vector>
 
@@ -78,9 +78,11 @@ class CheckBatches {
   bool empty() const { return batches_.empty(); }
 
   // Before an op starts: what it may write, and
-  // `current_stream(device)`, the thread's current stream there.
-  std::vector<Flush> BeforeOp(const OpWrites& writes,
-                              const std::function<void*(int)>& current_stream) {
+  // `current_stream(device)`, the thread's current stream there (void*).
+  // Templates, not std::function: asked at every op start while checks are
+  // held, with an indirect call per held entry otherwise.
+  template <class CurrentStream>
+  std::vector<Flush> BeforeOp(const OpWrites& writes, CurrentStream&& current_stream) {
     const bool overwrites = writes.anything || HoldsAnyOf(writes.ranges);
     std::vector<Flush> flushes;
     for (size_t i = 0; i < batches_.size();) {
@@ -133,12 +135,21 @@ class CheckBatches {
 
   // Entries whose memory their storage gave back (`released`), taken out
   // in order. Their batches' byte counts stay as they were: a batch that
-  // lost entries is enqueued a little early, never late.
-  std::vector<Entry> TakeReleased(const std::function<bool(const Entry&)>& released) {
+  // lost entries is enqueued a little early, never late. `released(entry)`
+  // returns bool.
+  template <class Released>
+  std::vector<Entry> TakeReleased(Released&& released) {
     std::vector<Entry> taken;
-    bool any = false;  // asked at every op start: move nothing when none is
+    // Asked at every op start: look until one is, move nothing when none is.
+    bool any = false;
     for (const Batch& b : batches_) {
-      for (const Entry& e : b.entries) any = any || released(e);
+      for (const Entry& e : b.entries) {
+        if (released(e)) {
+          any = true;
+          break;
+        }
+      }
+      if (any) break;
     }
     if (!any) return taken;
     for (size_t i = 0; i < batches_.size();) {

@@ -390,7 +390,7 @@ void EnqueueHeldChecksBefore(const at::RecordFunction& fn, const OpTraits& trait
   flushes = StopBatchingIfForeignCode();
   if (!flushes.empty()) return;
   // Memory given back since the last op, before this op can take it.
-  released = g_held->TakeReleased(&MemoryReleased);
+  released = g_held->TakeReleased([](const OutputCheck& c) { return MemoryReleased(c); });
   for (OutputCheck& check : released) DropReleased(check);
   g_any_held.store(!g_held->empty(), std::memory_order_release);
   if (g_held->empty()) return;

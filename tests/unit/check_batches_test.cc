@@ -5,6 +5,7 @@
 // are taken out, never enqueued.
 #include "core/check_batches.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
