@@ -48,6 +48,10 @@ bool CopiesValues(absl::string_view op) {
   return Named(kOps, op);
 }
 
+bool ReturnsNestedCopy(absl::string_view op) {
+  return op == "aten::_to_copy" || op == "aten::clone";
+}
+
 bool FillsWithScalar(absl::string_view op) {
   static constexpr absl::string_view kOps[] = {
       "aten::zero_",     "aten::zeros",     "aten::zeros_like", "aten::new_zeros",

@@ -23,6 +23,14 @@ bool PassesInputThrough(absl::string_view op);
 // already checked. Checking them again would double the cost for nothing.
 bool CopiesValues(absl::string_view op);
 
+// Ops that write their result with one nested copy_ into a fresh tensor and
+// return it as it is (_to_copy, clone: torch's own kernels for every
+// layout nanhunt checks). That copy_ needs no judging of its own: the
+// enclosing op's check at its end reads the same memory, and judges it with
+// the inputs that made it (the copy_'s other input is the fresh tensor's
+// garbage).
+bool ReturnsNestedCopy(absl::string_view op);
+
 // Ops that fill their output with a scalar (zeros, ones, fill_, full): their
 // output is known from the scalar, so only a non-finite scalar is news.
 bool FillsWithScalar(absl::string_view op);

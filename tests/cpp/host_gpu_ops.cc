@@ -19,6 +19,8 @@
 //                                     next op
 //   host_gpu_ops released             an output whose storage gives its
 //                                     memory back before the next op
+//   host_gpu_ops cast                 an fp32 result cast to fp16 past its
+//                                     limit (_to_copy, copy_ nested)
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <torch/torch.h>
 
@@ -235,6 +237,42 @@ int Released() {
   return 0;
 }
 
+// src.to(dtype) as torch runs it: _to_copy makes a fresh tensor and
+// writes it with a nested copy_, then returns it as it is.
+at::Tensor Cast(const at::Tensor& src, at::ScalarType dtype) {
+  const c10::OperatorHandle to_copy =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "");
+  std::vector<c10::IValue> inputs{src, dtype, c10::IValue(), c10::IValue(),
+                                  c10::IValue(), false, c10::IValue()};
+  at::RecordFunction record(at::RecordScope::FUNCTION);
+  record.before(std::cref(to_copy.schema()),
+                c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+  const at::Tensor out =
+      OnGpu(Unseen([&] { return torch::empty(src.sizes(), torch::TensorOptions().dtype(dtype)); }),
+            src.device().index());
+  const c10::OperatorHandle copy = c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", "");
+  std::vector<c10::IValue> copy_inputs{out, src, false};
+  {
+    at::RecordFunction nested(at::RecordScope::FUNCTION);
+    nested.before(std::cref(copy.schema()),
+                  c10::ArrayRef<const c10::IValue>(copy_inputs.data(), copy_inputs.size()));
+    Unseen([&] { return HostOf(out).copy_(HostOf(src)); });
+    if (nested.isActive()) nested.setOutputs(std::vector<c10::IValue>{out});
+  }
+  if (record.isActive()) record.setOutputs(std::vector<c10::IValue>{out});
+  return out;
+}
+
+// 50000 + 50000 is finite in fp32 and past fp16's 65504: the cast to fp16
+// is the origin.
+int CastOverflow() {
+  const at::Tensor a = OnGpu(Unseen([] { return torch::full({8, 8}, 50000.0, torch::kFloat); }));
+  const at::Tensor x = Add(a, a);
+  Cast(x, at::kHalf);
+  std::printf("cast 1 tensor\n");
+  return 0;
+}
+
 // a + a for a few fp16 values, with no ATen op on the host: an op as
 // small as a GPU op is to the host, and nothing else the callbacks see.
 at::Tensor PlainAdd(const at::Tensor& a) {
@@ -270,7 +308,8 @@ int main(int argc, char** argv) {
   if (what == "released") return Released();
   if (what == "devices") return Devices();
   if (what == "in-place") return InPlace();
+  if (what == "cast") return CastOverflow();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | cast | loop N\n");
   return 2;
 }

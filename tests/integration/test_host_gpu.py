@@ -28,6 +28,15 @@ def run_gpu_ops(args, out, library, **settings):
     return run([PROGRAM, *args], env=env)
 
 
+def run_logged(args, out, tmp_path, **settings):
+    """Runs the program under the stand-in, which logs each enqueue and
+    order_after call; returns those lines, once the run has succeeded."""
+    log = tmp_path / "calls.log"
+    r = run_gpu_ops(args, out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log), **settings)
+    assert r.returncode == 0, r.stderr
+    return log.read_text().splitlines()
+
+
 def meta(out):
     (trace,) = sorted(out.glob("*.sqlite"))
     return dict(sqlite3.connect(trace).execute("SELECT key, value FROM meta"))
@@ -83,11 +92,9 @@ def test_ops_on_two_gpus_and_a_side_stream_are_checked_where_they_ran(out, tmp_p
     # cuda:0's mm on its default stream, an add on a side stream of cuda:0,
     # cuda:1's mul (the overflow): each check on its op's device and
     # stream, the origin cuda:1's mul.
-    log = tmp_path / "calls.log"
-    r = run_gpu_ops(["devices"], out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log))
-    assert r.returncode == 0, r.stderr
+    calls = run_logged(["devices"], out, tmp_path)
     assert view_json(out)["first_origin"]["op"] == "aten::mul"
-    assert log.read_text().splitlines() == ["enqueue 0 0 1", "enqueue 0 5 1", "enqueue 1 0 1"]
+    assert calls == ["enqueue 0 0 1", "enqueue 0 5 1", "enqueue 1 0 1"]
 
 
 def test_held_checks_go_on_their_own_stream_and_the_next_stream_waits(out, tmp_path):
@@ -95,12 +102,9 @@ def test_held_checks_go_on_their_own_stream_and_the_next_stream_waits(out, tmp_p
     # stream it was held for, and makes the new stream wait for it (the
     # program may have ordered the two with an event nanhunt does not see);
     # cuda:1's check goes in a batch of its own.
-    log = tmp_path / "calls.log"
-    r = run_gpu_ops(["devices"], out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log),
-                    NANHUNT_GPU_BATCH="32")
-    assert r.returncode == 0, r.stderr
+    calls = run_logged(["devices"], out, tmp_path, NANHUNT_GPU_BATCH="32")
     assert view_json(out)["first_origin"]["op"] == "aten::mul"
-    assert log.read_text().splitlines() == [
+    assert calls == [
         "enqueue 0 0 1", "order_after 0 0 5", "enqueue 0 5 1", "order_after 0 5 0",
         "enqueue 1 0 1"]
 
@@ -111,12 +115,28 @@ def test_an_output_overflowed_in_place_later_is_blamed_on_the_in_place_op(out, t
     # batch, y's check must be enqueued before the mul_ writes (the
     # stand-in, like the kernel, reads the memory when enqueued): else it
     # would read the inf and the origin would be the mul.
-    log = tmp_path / "calls.log"
-    r = run_gpu_ops(["in-place"], out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log),
-                    NANHUNT_GPU_BATCH=batch)
-    assert r.returncode == 0, r.stderr
+    calls = run_logged(["in-place"], out, tmp_path, NANHUNT_GPU_BATCH=batch)
     assert view_json(out)["first_origin"]["op"] == "aten::mul_"
-    assert log.read_text().splitlines() == ["enqueue 0 0 1", "enqueue 0 0 1"]
+    assert calls == ["enqueue 0 0 1", "enqueue 0 0 1"]
+
+
+@pytest.mark.parametrize("batch", ["1", "32"])
+def test_a_cast_is_checked_once_and_named_as_on_the_cpu(out, tmp_path, batch):
+    # x.to(fp16) of 100000 (an fp32 add's result): _to_copy writes its
+    # fresh result with a nested copy_. One check covers both (a launch a
+    # cast, not two), and the origin is the cast, judged by its fp32
+    # input, as the CPU path names it; not the copy_, whose other input is
+    # the fresh tensor's garbage.
+    calls = run_logged(["cast"], out, tmp_path, NANHUNT_GPU_BATCH=batch)
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["dtype"]) == ("aten::_to_copy", "float16"), first
+    assert first["inputs"].startswith("#0 Float[8, 8] on the GPU"), first["inputs"]
+    expected = ["enqueue 0 0 1", "enqueue 0 0 1"] if batch == "1" else ["enqueue 0 0 2"]
+    assert calls == expected
+    (trace,) = sorted(out.glob("*.sqlite"))
+    rows = sqlite3.connect(trace).execute(
+        "SELECT op, elements, posinf FROM op_stats ORDER BY op").fetchall()
+    assert rows == [("aten::_to_copy", 64, 64), ("aten::add", 64, 0)]
 
 
 def test_results_that_arrive_steps_late_count_in_their_own_steps(out):

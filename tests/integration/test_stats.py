@@ -23,6 +23,10 @@ def test_recorded_max_abs_per_op_equals_what_python_computed(out):
     (kind, op) = db.execute(
         "SELECT kind, op FROM findings WHERE kind = 'origin'").fetchone()
     assert op == "aten::_to_copy"
+    # A cast is checked once, by _to_copy: the copy_ inside it writes the
+    # same memory and is not scanned (nor reported) a second time.
+    assert db.execute("SELECT COUNT(*) FROM op_stats WHERE op = 'aten::copy_'").fetchone() == (0,)
+    assert db.execute("SELECT COUNT(*) FROM findings WHERE op = 'aten::copy_'").fetchone() == (0,)
 
 
 def test_the_trace_says_what_nanhunt_cost_the_host_per_op(out, tmp_path):
