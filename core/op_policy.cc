@@ -48,8 +48,19 @@ bool CopiesValues(absl::string_view op) {
   return Named(kOps, op);
 }
 
-bool ReturnsNestedCopy(absl::string_view op) {
-  return op == "aten::_to_copy" || op == "aten::clone";
+bool ReturnsNestedWrite(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::_to_copy",  "aten::clone",     "aten::zero_",     "aten::zeros",
+      "aten::zeros_like", "aten::new_zeros", "aten::ones",      "aten::ones_like",
+      "aten::new_ones",  "aten::full",      "aten::full_like", "aten::new_full",
+      "aten::scalar_tensor"};
+  return Named(kOps, op);
+}
+
+bool WritesWholeTensor(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {"aten::copy_", "aten::fill_", "aten::zero_",
+                                               "aten::zeros", "aten::full"};
+  return Named(kOps, op);
 }
 
 bool FillsWithScalar(absl::string_view op) {

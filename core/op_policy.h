@@ -23,13 +23,20 @@ bool PassesInputThrough(absl::string_view op);
 // already checked. Checking them again would double the cost for nothing.
 bool CopiesValues(absl::string_view op);
 
-// Ops that write their result with one nested copy_ into a fresh tensor and
-// return it as it is (_to_copy, clone: torch's own kernels for every
-// layout nanhunt checks). That copy_ needs no judging of its own: the
-// enclosing op's check at its end reads the same memory, and judges it with
-// the inputs that made it (the copy_'s other input is the fresh tensor's
-// garbage).
-bool ReturnsNestedCopy(absl::string_view op);
+// Ops that return, as it is, the tensor their last nested op wrote whole:
+// a cast or clone (a copy_ into a fresh tensor), the factories that fill a
+// fresh tensor (zeros: zero_, then fill_; full, ones: fill_), zero_ (fill_)
+// (torch's own kernels, for every layout nanhunt checks). That nested op,
+// one of WritesWholeTensor, needs no judging of its own: the enclosing op's
+// check at its end reads the same memory, and judges it by the inputs that
+// made it (a copy_'s other input is the fresh tensor's garbage). Not
+// fill_: given a tensor, it copies it, and its shortcut for fills
+// (FillsWithScalar) would then hide what the copy_ carried.
+bool ReturnsNestedWrite(absl::string_view op);
+
+// The ops that write a whole tensor such an op returns: copy_, fill_,
+// zero_, zeros, full.
+bool WritesWholeTensor(absl::string_view op);
 
 // Ops that fill their output with a scalar (zeros, ones, fill_, full): their
 // output is known from the scalar, so only a non-finite scalar is news.

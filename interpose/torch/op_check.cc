@@ -270,8 +270,8 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.uninitialised = OutputsAreUninitialised(fn.name());
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
-  traits.returns_nested_copy = ReturnsNestedCopy(fn.name());
-  traits.is_copy = strcmp(fn.name(), "aten::copy_") == 0;
+  traits.returns_nested_write = ReturnsNestedWrite(fn.name());
+  traits.writes_whole_tensor = WritesWholeTensor(fn.name());
   traits.scaler_update = strcmp(fn.name(), kScalerUpdate) == 0;
   traits.collective = strncmp(fn.name(), "c10d::", 6) == 0;
   traits.fp32_listed = Fp32Listed(fn);

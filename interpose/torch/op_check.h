@@ -28,8 +28,8 @@ struct OpTraits {
   bool uninitialised = false;  // outputs hold garbage by contract (empty)
   bool copies_values = false;  // outputs are input values (core/op_policy)
   bool fills_with_scalar = false;  // zeros, ones, fill_, full
-  bool returns_nested_copy = false;  // _to_copy, clone (core/op_policy)
-  bool is_copy = false;              // copy_: judged by such an op when inside one
+  bool returns_nested_write = false;  // _to_copy, clone, zeros... (core/op_policy)
+  bool writes_whole_tensor = false;   // copy_, fill_...: judged by such an op inside one
   // CompositeImplicitAutograd (linear, matmul): all its work is nested ops,
   // each checked on its own, so its outputs are their outputs.
   bool composite = false;

@@ -470,12 +470,14 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
       forward_op = f.forward_op;
     }
   }
-  // The copy_ right inside _to_copy or clone writes the tensor they return
-  // as it is: their check at their end covers that memory and judges it by
-  // their input (core/op_policy.h). One check a cast instead of two, a
-  // kernel launch each on a GPU, where autocast casts in every layer.
-  if (traits.is_copy && index > 0 && parent == &ts.frames[index - 1] &&
-      parent->traits != nullptr && parent->traits->returns_nested_copy) {
+  // The copy_ right inside _to_copy or clone, the fill_ inside zero_ or
+  // full, write the tensor the enclosing op returns as it is: its check at
+  // its end covers that memory and judges it by its inputs
+  // (core/op_policy.h). One check a cast instead of two (autocast casts in
+  // every layer), one a torch.zeros instead of three: a kernel launch each
+  // on a GPU.
+  if (traits.writes_whole_tensor && index > 0 && parent == &ts.frames[index - 1] &&
+      parent->traits != nullptr && parent->traits->returns_nested_write) {
     return;
   }
   bool takes_grad_input = false;

@@ -19,8 +19,8 @@
 //                                     next op
 //   host_gpu_ops released             an output whose storage gives its
 //                                     memory back before the next op
-//   host_gpu_ops cast                 an fp32 result cast to fp16 past its
-//                                     limit (_to_copy, copy_ nested)
+//   host_gpu_ops casts-and-fills      a cast to fp16 past its limit, a
+//                                     zero_ and a zeros (nested copy_, fill_)
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <torch/torch.h>
 
@@ -146,6 +146,21 @@ at::Tensor Unseen(const std::function<at::Tensor()>& make) {
   return make();
 }
 
+// An op that writes `out` (by `body`, whose nested ops the callbacks see)
+// and returns it: in place, or as torch's composite kernels return a fresh
+// tensor their nested ops wrote. The output is `out` itself, which keeps
+// its memory alive while a check of it is held back.
+at::Tensor OpWriting(const char* name, const char* overload, std::vector<c10::IValue> inputs,
+                     const at::Tensor& out, const std::function<void()>& body) {
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  at::RecordFunction record(at::RecordScope::FUNCTION);
+  record.before(std::cref(op.schema()),
+                c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+  body();
+  if (record.isActive()) record.setOutputs(std::vector<c10::IValue>{out});
+  return out;
+}
+
 // An fp16 tensor of `value`s on `device`, made where nanhunt does not look
 // (data loading).
 at::Tensor GpuFull(at::IntArrayRef sizes, double value, c10::DeviceIndex device = 0) {
@@ -218,10 +233,8 @@ int Devices() {
 int InPlace() {
   const at::Tensor a = GpuFull({16, 16}, 2.0);
   const at::Tensor y = Mul(a, a);
-  GpuOp("aten::mul_", "Scalar", {y, c10::Scalar(40000.0)}, [&] {
-    HostOf(y).mul_(40000.0);
-    return HostOf(y);
-  });
+  OpWriting("aten::mul_", "Scalar", {y, c10::Scalar(40000.0)}, y,
+            [&] { Unseen([&] { return HostOf(y).mul_(40000.0); }); });
   std::printf("overflowed in place\n");
   return 0;
 }
@@ -237,39 +250,54 @@ int Released() {
   return 0;
 }
 
-// src.to(dtype) as torch runs it: _to_copy makes a fresh tensor and
-// writes it with a nested copy_, then returns it as it is.
-at::Tensor Cast(const at::Tensor& src, at::ScalarType dtype) {
-  const c10::OperatorHandle to_copy =
-      c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "");
-  std::vector<c10::IValue> inputs{src, dtype, c10::IValue(), c10::IValue(),
-                                  c10::IValue(), false, c10::IValue()};
-  at::RecordFunction record(at::RecordScope::FUNCTION);
-  record.before(std::cref(to_copy.schema()),
-                c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
-  const at::Tensor out =
-      OnGpu(Unseen([&] { return torch::empty(src.sizes(), torch::TensorOptions().dtype(dtype)); }),
-            src.device().index());
-  const c10::OperatorHandle copy = c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", "");
-  std::vector<c10::IValue> copy_inputs{out, src, false};
-  {
-    at::RecordFunction nested(at::RecordScope::FUNCTION);
-    nested.before(std::cref(copy.schema()),
-                  c10::ArrayRef<const c10::IValue>(copy_inputs.data(), copy_inputs.size()));
-    Unseen([&] { return HostOf(out).copy_(HostOf(src)); });
-    if (nested.isActive()) nested.setOutputs(std::vector<c10::IValue>{out});
-  }
-  if (record.isActive()) record.setOutputs(std::vector<c10::IValue>{out});
-  return out;
+// A fresh GPU tensor whose values are garbage (torch.empty).
+at::Tensor Fresh(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return OnGpu(Unseen([&] { return torch::empty(sizes, torch::TensorOptions().dtype(dtype)); }));
 }
 
-// 50000 + 50000 is finite in fp32 and past fp16's 65504: the cast to fp16
-// is the origin.
-int CastOverflow() {
+// src.to(dtype) as torch runs it: _to_copy writes a fresh tensor with a
+// nested copy_.
+at::Tensor Cast(const at::Tensor& src, at::ScalarType dtype) {
+  const at::Tensor out = Fresh(src.sizes(), dtype);
+  return OpWriting("aten::_to_copy", "", {src, dtype, c10::IValue(), c10::IValue(),
+                                          c10::IValue(), false, c10::IValue()},
+                   out, [&] {
+                     OpWriting("aten::copy_", "", {out, src, false}, out, [&] {
+                       Unseen([&] { return HostOf(out).copy_(HostOf(src)); });
+                     });
+                   });
+}
+
+// t.zero_() on a GPU: a nested fill_.
+at::Tensor Zero(const at::Tensor& t) {
+  return OpWriting("aten::zero_", "", {t}, t, [&] {
+    OpWriting("aten::fill_", "Scalar", {t, c10::Scalar(0.0)}, t,
+              [&] { Unseen([&] { return HostOf(t).zero_(); }); });
+  });
+}
+
+// torch.zeros on a GPU: zero_ of a fresh tensor, nested.
+at::Tensor Zeros(at::IntArrayRef sizes) {
+  const at::Tensor out = Fresh(sizes, at::kHalf);
+  return OpWriting("aten::zeros", "", {sizes.vec(), at::kHalf, c10::IValue(), c10::IValue(),
+                                       c10::IValue()},
+                   out, [&] { Zero(out); });
+}
+
+// Casts and fills, whose nested copy_ and fill_ write the tensor the
+// enclosing op returns: 50000 + 50000 is finite in fp32 and past fp16's
+// 65504, so the cast to fp16 is an origin; zeroed, the cast's result holds
+// finite values again, and adding 2 x 60000 to them is an origin too.
+int CastsAndFills() {
   const at::Tensor a = OnGpu(Unseen([] { return torch::full({8, 8}, 50000.0, torch::kFloat); }));
   const at::Tensor x = Add(a, a);
-  Cast(x, at::kHalf);
-  std::printf("cast 1 tensor\n");
+  const at::Tensor h = Cast(x, at::kHalf);
+  Zero(h);
+  const at::Tensor c = GpuFull({8, 8}, 60000.0);
+  OpWriting("aten::add_", "Tensor", {h, c, c10::Scalar(2)}, h,
+            [&] { Unseen([&] { return HostOf(h).add_(HostOf(c), 2); }); });
+  Zeros({8, 8});
+  std::printf("cast 1 tensor, filled 2\n");
   return 0;
 }
 
@@ -308,8 +336,8 @@ int main(int argc, char** argv) {
   if (what == "released") return Released();
   if (what == "devices") return Devices();
   if (what == "in-place") return InPlace();
-  if (what == "cast") return CastOverflow();
+  if (what == "casts-and-fills") return CastsAndFills();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | cast | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | loop N\n");
   return 2;
 }

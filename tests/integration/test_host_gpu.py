@@ -121,22 +121,29 @@ def test_an_output_overflowed_in_place_later_is_blamed_on_the_in_place_op(out, t
 
 
 @pytest.mark.parametrize("batch", ["1", "32"])
-def test_a_cast_is_checked_once_and_named_as_on_the_cpu(out, tmp_path, batch):
-    # x.to(fp16) of 100000 (an fp32 add's result): _to_copy writes its
-    # fresh result with a nested copy_. One check covers both (a launch a
-    # cast, not two), and the origin is the cast, judged by its fp32
-    # input, as the CPU path names it; not the copy_, whose other input is
-    # the fresh tensor's garbage.
-    calls = run_logged(["cast"], out, tmp_path, NANHUNT_GPU_BATCH=batch)
+def test_casts_and_fills_are_checked_once_by_the_op_that_returns_them(out, tmp_path, batch):
+    # x.to(fp16) of 100000 (an fp32 add's result), then that tensor's
+    # zero_, an add_ into it that overflows, and a torch.zeros. The copy_
+    # inside _to_copy and the fill_ inside zero_ (and zeros) write what the
+    # enclosing op returns: one check each covers them (a launch a cast,
+    # not two; one a zeros, not three). The cast is named, judged by its
+    # fp32 input, as the CPU path names it (not the copy_, whose other input
+    # is the fresh tensor's garbage); the zero_'s check makes the add_ into
+    # its zeros an origin too, not the cast's inf passed on.
+    calls = run_logged(["casts-and-fills"], out, tmp_path, NANHUNT_GPU_BATCH=batch)
+    origins = [(f["op"], f["dtype"]) for f in findings(out, "origin")]
+    assert origins == [("aten::_to_copy", "float16"), ("aten::add_", "float16")], origins
     first = view_json(out)["first_origin"]
-    assert (first["op"], first["dtype"]) == ("aten::_to_copy", "float16"), first
     assert first["inputs"].startswith("#0 Float[8, 8] on the GPU"), first["inputs"]
-    expected = ["enqueue 0 0 1", "enqueue 0 0 1"] if batch == "1" else ["enqueue 0 0 2"]
-    assert calls == expected
+    # Batches: the zero_ overwrites the cast's held result, and the add_
+    # the zero_'s: each sends what is held first.
+    assert calls == (["enqueue 0 0 1"] * 5 if batch == "1" else
+                     ["enqueue 0 0 2", "enqueue 0 0 1", "enqueue 0 0 2"])
     (trace,) = sorted(out.glob("*.sqlite"))
     rows = sqlite3.connect(trace).execute(
         "SELECT op, elements, posinf FROM op_stats ORDER BY op").fetchall()
-    assert rows == [("aten::_to_copy", 64, 64), ("aten::add", 64, 0)]
+    assert rows == [("aten::_to_copy", 64, 64), ("aten::add", 64, 0), ("aten::add_", 64, 64),
+                    ("aten::zero_", 64, 0), ("aten::zeros", 64, 0)]
 
 
 def test_results_that_arrive_steps_late_count_in_their_own_steps(out):
