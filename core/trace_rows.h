@@ -68,7 +68,7 @@ struct EscalationRow {
 // Op outputs no check read (core/unchecked_outputs.h): `outputs` of `op`
 // in `phase`, between `first_step` and `last_step`, for `reason`
 // ("graph_capture", "not_enqueued", "released_before_check",
-// "gpu_path_off", "unreadable").
+// "gpu_path_off", "unreadable", "copied_from_gpu_async").
 struct UncheckedRow {
   std::string op, phase, reason;
   int64_t outputs = 0, first_step = 0, last_step = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace nanhunt {
 
@@ -13,6 +14,7 @@ absl::string_view UncheckedReasonName(UncheckedReason reason) {
     case UncheckedReason::kReleased: return "released_before_check";
     case UncheckedReason::kGpuPathOff: return "gpu_path_off";
     case UncheckedReason::kUnreadable: return "unreadable";
+    case UncheckedReason::kArrivesLater: return "copied_from_gpu_async";
   }
   return "unreadable";
 }
@@ -84,6 +86,20 @@ std::string DescribeUncheckedOps(const std::vector<UncheckedRow>& rows,
     absl::StrAppend(&out, " and ", more, " other op", more == 1 ? "" : "s");
   }
   return out;
+}
+
+std::string HostUncheckedReasons(const std::vector<UncheckedRow>& rows) {
+  bool unreadable = false, later = false;
+  for (const UncheckedRow& row : rows) {
+    unreadable |= row.reason == UncheckedReasonName(UncheckedReason::kUnreadable);
+    later |= row.reason == UncheckedReasonName(UncheckedReason::kArrivesLater);
+  }
+  std::vector<std::string> why;
+  if (unreadable || !later) {
+    why.push_back("sparse, meta or other non-CPU tensors the check does not read");
+  }
+  if (later) why.push_back("copies from a GPU with non_blocking=True, whose values land after the op");
+  return absl::StrJoin(why, "; ");
 }
 
 }  // namespace nanhunt

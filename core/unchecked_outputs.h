@@ -26,10 +26,12 @@ enum class UncheckedReason : uint8_t {
   kReleased,      // held back for a batch, its memory went first
   kGpuPathOff,    // libnanhunt_cuda.so did not load
   kUnreadable,    // sparse, meta or other tensors the check does not read
+  kArrivesLater,  // copied from a GPU with non_blocking=True: not there at the op's end
 };
 
 // The trace's name of a reason: "graph_capture", "not_enqueued",
-// "released_before_check", "gpu_path_off", "unreadable".
+// "released_before_check", "gpu_path_off", "unreadable",
+// "copied_from_gpu_async".
 absl::string_view UncheckedReasonName(UncheckedReason reason);
 
 class UncheckedOutputs {
@@ -69,7 +71,11 @@ class UncheckedOutputs {
 // capture, which `outputs_in_graph_capture` counts).
 inline constexpr UncheckedReason kCountedUnchecked[] = {
     UncheckedReason::kNotEnqueued, UncheckedReason::kReleased, UncheckedReason::kGpuPathOff,
-    UncheckedReason::kUnreadable};
+    UncheckedReason::kUnreadable, UncheckedReason::kArrivesLater};
+
+// Why host outputs went unchecked, for the trace's `unchecked_reason`: the
+// host's reasons among `rows` (unreadable tensors when none is named).
+std::string HostUncheckedReasons(const std::vector<UncheckedRow>& rows);
 
 // "aten::mm (forward) 96, aten::add_ (optimizer) 48 and 3 other ops": the
 // ops of `rows` for any of `reasons`, most outputs first, at most `max_ops`

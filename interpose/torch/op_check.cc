@@ -296,6 +296,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
       auto type = arg.type();
       if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
       if (type->kind() == c10::TypeKind::GeneratorType) traits.random = true;
+      if (arg.name() == "non_blocking") traits.non_blocking_arg = static_cast<int>(i);
     }
     traits.view = !traits.writes && !schema.returns().empty();
     for (const auto& ret : schema.returns()) {
@@ -323,6 +324,18 @@ void CountUnchecked(const OutputOwner& owner, UncheckedReason why, bool on_devic
   if (why == UncheckedReason::kGraphCapture) return;
   g_unchecked.fetch_add(1, std::memory_order_relaxed);
   if (on_device) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
+}
+
+bool CopiedFromGpuLater(const std::vector<c10::IValue>& inputs, const OpTraits& traits) {
+  const int i = traits.non_blocking_arg;
+  if (i < 0 || static_cast<size_t>(i) >= inputs.size() || !inputs[i].isBool() ||
+      !inputs[i].toBool()) {
+    return false;
+  }
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda()) return true;
+  }
+  return false;
 }
 
 bool WithoutOwnMemory(const at::Tensor& t) {

@@ -30,6 +30,7 @@ struct OpTraits {
   bool fills_with_scalar = false;  // zeros, ones, fill_, full
   bool returns_nested_write = false;  // _to_copy, clone, zeros... (core/op_policy)
   bool writes_whole_tensor = false;   // copy_, fill_...: judged by such an op inside one
+  int non_blocking_arg = -1;  // its `non_blocking` argument (copy_, _to_copy), or -1
   // CompositeImplicitAutograd (linear, matmul): all its work is nested ops,
   // each checked on its own, so its outputs are their outputs.
   bool composite = false;
@@ -53,6 +54,11 @@ enum class CacheUse {
   kReuse,           // reuse a result for the same memory in the same state
   kReuseOrRemember  // both
 };
+
+// A copy from a GPU into host memory with non_blocking=True (copy_,
+// _to_copy): its host outputs' values land when the GPU runs the copy,
+// after the op has returned.
+bool CopiedFromGpuLater(const std::vector<c10::IValue>& inputs, const OpTraits& traits);
 
 // Tensors without real memory behind them: torch.compile's fake tensors
 // while it traces, functionalization wrappers, tensor subclasses. Their

@@ -515,6 +515,18 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     return;
   }
   if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs)) return;
+  if (CopiedFromGpuLater(frame.inputs, traits)) {
+    // Its host outputs hold stale values now (a fp16 gradient copied into a
+    // fp32 host buffer, as DeepSpeed's offload does): counted, not judged.
+    for (const c10::IValue& v : fn.outputs()) {
+      if (v.isTensor() && v.toTensor().defined() &&
+          torch_compat::FormatOf(v.toTensor().scalar_type())) {
+        CountUnchecked(OutputOwner{frame.name, call.phase}, UncheckedReason::kArrivesLater,
+                       /*on_device=*/false);
+      }
+    }
+    return;
+  }
   ts.output_facts.clear();
   ts.output_tensors.clear();
   // Ops made of nested ops reuse what those found for the same memory
@@ -935,8 +947,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         }
       }
       if (totals.unchecked > 0 && !totals.unchecked_on_device) {
-        w.PutMeta("unchecked_reason",
-                  "sparse, meta or other non-CPU tensors the check does not read");
+        w.PutMeta("unchecked_reason", HostUncheckedReasons(unchecked));
       }
       if (totals.unchecked_on_device) {
         const std::string why =

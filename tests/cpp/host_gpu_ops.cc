@@ -21,6 +21,8 @@
 //                                     memory back before the next op
 //   host_gpu_ops casts-and-fills      a cast to fp16 past its limit, a
 //                                     zero_ and a zeros (nested copy_, fill_)
+//   host_gpu_ops async-copy           fp16 GPU values copied into a host
+//                                     fp32 buffer with non_blocking=True
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <torch/torch.h>
 
@@ -301,6 +303,19 @@ int CastsAndFills() {
   return 0;
 }
 
+// host_buffer.copy_(gpu_values, non_blocking=True) into a fp32 buffer that
+// still holds NaN from before (a step whose gradients overflowed, say):
+// the finite values land after the op returns, as the GPU runs the copy.
+int AsyncCopy() {
+  const at::Tensor values = GpuFull({8}, 1.0);
+  const at::Tensor buffer = Unseen([] { return torch::full({8}, NAN, torch::kFloat); });
+  OpWriting("aten::copy_", "", {buffer, values, true}, buffer, [] {});
+  Unseen([&] { return buffer.copy_(HostOf(values)); });  // the copy, run later
+  const bool finite = Unseen([&] { return buffer.isfinite().all(); }).item<bool>();
+  std::printf("copied %s\n", finite ? "finite values" : "NaN");
+  return 0;
+}
+
 // a + a for a few fp16 values, with no ATen op on the host: an op as
 // small as a GPU op is to the host, and nothing else the callbacks see.
 at::Tensor PlainAdd(const at::Tensor& a) {
@@ -337,7 +352,8 @@ int main(int argc, char** argv) {
   if (what == "devices") return Devices();
   if (what == "in-place") return InPlace();
   if (what == "casts-and-fills") return CastsAndFills();
+  if (what == "async-copy") return AsyncCopy();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | loop N\n");
   return 2;
 }

@@ -146,6 +146,22 @@ def test_casts_and_fills_are_checked_once_by_the_op_that_returns_them(out, tmp_p
                     ("aten::zero_", 64, 0), ("aten::zeros", 64, 0)]
 
 
+def test_a_non_blocking_copy_to_the_host_is_not_judged_by_what_was_there(out):
+    # buffer.copy_(gpu_fp16, non_blocking=True) into a fp32 host buffer
+    # holding NaN from before: at the op's end the GPU has not copied yet.
+    # Scanned then, the stale NaN would be a false origin; it is counted
+    # unchecked, and said why.
+    r = run_gpu_ops(["async-copy"], out, STAND_IN_PRELOAD)
+    assert r.returncode == 0, r.stderr
+    assert "copied finite values" in r.stdout
+    assert findings(out) == []
+    report = view_json(out)
+    assert report["first_origin"] is None
+    assert [(u["op"], u["reason"], u["outputs"]) for u in report["unchecked_ops"]] == [
+        ("aten::copy_", "copied_from_gpu_async", 1)]
+    assert "non_blocking=True" in meta(out)["unchecked_reason"]
+
+
 def test_results_that_arrive_steps_late_count_in_their_own_steps(out):
     # HOST_GPU_LAG holds every result back until the drain at exit, as a
     # GPU far behind the host would: each op's statistics still belong to
