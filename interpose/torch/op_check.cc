@@ -596,8 +596,11 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         f.counts = facts.counts;
         f.max_abs = MaxAbs(facts.format, facts.counts);
         f.produced_by_op = AnyNonFinite(f.counts) && KnownNonFinite(t);
-        f.deliberate =
-            AnyNonFinite(f.counts) && f.counts.nan == 0 && KnownDeliberate(t);
+        // A Python number the program wrote, wrapped into a tensor by torch
+        // (the inf of `x.abs() != inf` inside isfinite and isinf, cast to
+        // x's dtype): meant, like a mask's.
+        f.deliberate = AnyNonFinite(f.counts) && f.counts.nan == 0 &&
+                       (KnownDeliberate(t) || t.unsafeGetTensorImpl()->is_wrapped_number());
       }
       result.push_back(std::move(f));
     });

@@ -53,3 +53,28 @@ def test_the_report_neither_charts_nor_counts_masks(out, tmp_path):
     charted = re.findall(r'\{"name":"(aten::[a-z_]+) \(', html)
     assert charted and not set(charted) & {"aten::masked_fill", "aten::masked_fill_",
                                           "aten::add", "aten::full", "aten::triu"}, charted
+
+
+def test_checking_for_inf_with_isfinite_is_not_a_finding(out, tmp_path):
+    # torch.isfinite(x) and torch.isinf(x) compare |x| with a Python inf,
+    # which torch wraps into a tensor and casts to x's dtype (_to_copy): that
+    # inf is the program's own number, not non-finite data. The training
+    # loop that checks its loss each step stays healthy.
+    script = tmp_path / "guarded_loop.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "x, y = torch.randn(16, 8), torch.randn(16, 1)\n"
+        "for step in range(4):\n"
+        "    opt.zero_grad()\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    assert torch.isfinite(loss).all() and not torch.isinf(loss).any()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    assert findings(out, "propagated") == [] and findings(out, "origin") == []
+    j = view_json(out)
+    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
+    assert j["nonfinite_steps"] == []
