@@ -272,6 +272,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.fills_with_scalar = FillsWithScalar(fn.name());
   traits.returns_nested_write = ReturnsNestedWrite(fn.name());
   traits.writes_whole_tensor = WritesWholeTensor(fn.name());
+  traits.overwrites_written = traits.fills_with_scalar || traits.writes_whole_tensor;
   traits.scaler_update = strcmp(fn.name(), kScalerUpdate) == 0;
   traits.collective = strncmp(fn.name(), "c10d::", 6) == 0;
   traits.fp32_listed = Fp32Listed(fn);
@@ -516,11 +517,16 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
 }
 
 void CarryNonFinite(const std::vector<c10::IValue>& inputs,
-                    const std::vector<c10::IValue>& outputs) {
+                    const std::vector<c10::IValue>& outputs, const OpTraits& traits) {
   if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return;
   StorageState carried = StorageState::kFinite;
-  for (const c10::IValue& v : inputs) {
-    ForEachTensor(v, [&](const at::Tensor& t) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (traits.overwrites_written &&
+        std::find(traits.written_args.begin(), traits.written_args.end(),
+                  static_cast<int>(i)) != traits.written_args.end()) {
+      continue;
+    }
+    ForEachTensor(inputs[i], [&](const at::Tensor& t) {
       if (!t.defined() || carried == StorageState::kNonFinite) return;
       const StorageState state = StorageStateOf(StorageKey(t));
       if (state != StorageState::kFinite) carried = state;
@@ -567,14 +573,14 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
                   static_cast<int>(i)) != traits_.out_args.end()) {
       continue;  // out=: its old values do not flow into the result
     }
-    if (traits_.fills_with_scalar &&
-        std::find(traits_.written_args.begin(), traits_.written_args.end(),
-                  static_cast<int>(i)) != traits_.written_args.end()) {
-      continue;  // fill_'s self holds its result now, and none of its past
-    }
     const InputFacts* before = nullptr;
     for (const InputFacts& w : written_before_) {
       if (w.arg_index == static_cast<int>(i)) before = &w;
+    }
+    if (before == nullptr && traits_.overwrites_written &&
+        std::find(traits_.written_args.begin(), traits_.written_args.end(),
+                  static_cast<int>(i)) != traits_.written_args.end()) {
+      continue;  // fill_'s or copy_'s self holds its result now, and none of its past
     }
     if (before != nullptr) {
       result.push_back(*before);  // overwritten by the op: its old values

@@ -30,6 +30,9 @@ struct OpTraits {
   bool fills_with_scalar = false;  // zeros, ones, fill_, full
   bool returns_nested_write = false;  // _to_copy, clone, zeros... (core/op_policy)
   bool writes_whole_tensor = false;   // copy_, fill_...: judged by such an op inside one
+  // What it writes holds none of its past (copy_, fill_, zero_): the old
+  // values of its written arguments are no input.
+  bool overwrites_written = false;
   int non_blocking_arg = -1;  // its `non_blocking` argument (copy_, _to_copy), or -1
   // CompositeImplicitAutograd (linear, matmul): all its work is nested ops,
   // each checked on its own, so its outputs are their outputs.
@@ -146,8 +149,9 @@ bool TouchesLossScale(const std::vector<c10::IValue>& inputs,
 // For ops that are not checked because they only copy values: their
 // outputs are known non-finite when an input was. Cheap while nothing is
 // known non-finite.
+// An argument the op overwrites whole (copy_'s self) carries nothing.
 void CarryNonFinite(const std::vector<c10::IValue>& inputs,
-                    const std::vector<c10::IValue>& outputs);
+                    const std::vector<c10::IValue>& outputs, const OpTraits& traits);
 
 // Checks the arguments an in-place or out= op is about to overwrite, before
 // it runs: afterwards their old values are gone, and whether they were

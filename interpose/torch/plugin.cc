@@ -510,7 +510,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // Copies and scalar fills make no new values unless they convert a dtype
   // or are given a non-finite scalar.
   if (traits.copies_values && SameFloatingDtype(frame.inputs, fn.outputs())) {
-    CarryNonFinite(frame.inputs, fn.outputs());
+    CarryNonFinite(frame.inputs, fn.outputs(), traits);
     monitor.NoteCopy(StoragesOf(frame.inputs), StoragesOf(fn.outputs()));
     return;
   }
@@ -688,10 +688,16 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           for (size_t i = 0; i + 1 < ts.depth; ++i) {
             nested |= ts.frames[i].kind == FrameKind::kOp;
           }
-          f.written_before =
-              nested ? UnknownWrittenArgs(traits)
-                     : CheckWrittenArgs(inputs, traits,
-                                        Session::Get()->monitor().limits());
+          // A copy_ overwrites its destination whole: at the top level its
+          // old values are no input, and scanning them (DDP's gradients, a
+          // host buffer) is work for nothing. Nested, it defers to the
+          // op around it, as any nested in-place op does.
+          if (nested) {
+            f.written_before = UnknownWrittenArgs(traits);
+          } else if (!traits.overwrites_written) {
+            f.written_before =
+                CheckWrittenArgs(inputs, traits, Session::Get()->monitor().limits());
+          }
           ts.busy = false;
         }
         f.start_cost_ns = timed ? SelfTime::NowNs() - start_t0 : 0;

@@ -95,3 +95,22 @@ def test_a_cast_overflow_in_a_checkpointed_block_is_named_in_forward(out):
     assert d["evidence"][1].startswith("they were made by aten::mul (forward, float32")
     assert d["fixes"][0].startswith("keep this tensor in float32, or cast it to bfloat16")
     assert not any("NANHUNT_FP32_OPS" in fix for fix in d["fixes"])
+
+
+def test_a_copy_into_a_buffer_that_held_inf_is_judged_by_its_source(out, tmp_path):
+    # copy_ overwrites its destination whole: the inf the buffer held from
+    # an earlier overflow is no input of it. Its own overflow (fp32 100000
+    # into fp16) is an origin, not that old inf passed on.
+    script = tmp_path / "copy_into_stale_buffer.py"
+    script.write_text(
+        "import torch\n"
+        "half = torch.full((4,), 300.0, dtype=torch.float16)\n"
+        "buf = half * half  # 90000: inf in fp16, an origin\n"
+        "src = torch.full((4,), 100000.0)\n"
+        "buf.copy_(src)  # inf again, from finite fp32 values\n")
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    origins = [(f["op"], f["dtype"]) for f in findings(out, "origin")]
+    assert origins == [("aten::mul", "float16"), ("aten::copy_", "float16")], origins
+    copy = findings(out, "origin")[1]
+    assert "#0" not in copy["inputs"] and copy["inputs"].startswith("#1 float32[4]"), copy["inputs"]
