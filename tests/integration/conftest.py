@@ -56,6 +56,15 @@ def preload_run(cmd, out, timeout=300, **settings):
     return run(cmd, env=env, timeout=timeout)
 
 
+def preload_script(script, source, out, **settings):
+    """Writes the Python program `source` to `script`, runs it under the
+    preload (preload_run) and checks that it succeeded."""
+    script.write_text(source)
+    r = preload_run([PYTHON, script], out, **settings)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def view_json(*paths):
     r = run([NANHUNT, "view", "--json", *paths])
     assert r.returncode == 0, r.stderr

@@ -4,7 +4,7 @@ break (a row masked entirely makes NaN in softmax)."""
 import json
 import re
 
-from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, run, view_json
+from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, preload_script, run, view_json
 
 SCRIPT = SCRIPTS / "masked_attention.py"
 
@@ -60,8 +60,8 @@ def test_checking_for_inf_with_isfinite_is_not_a_finding(out, tmp_path):
     # which torch wraps into a tensor and casts to x's dtype (_to_copy): that
     # inf is the program's own number, not non-finite data. The training
     # loop that checks its loss each step stays healthy.
-    script = tmp_path / "guarded_loop.py"
-    script.write_text(
+    preload_script(
+        tmp_path / "guarded_loop.py",
         "import torch\n"
         "model = torch.nn.Linear(8, 1)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
@@ -71,9 +71,7 @@ def test_checking_for_inf_with_isfinite_is_not_a_finding(out, tmp_path):
         "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
         "    assert torch.isfinite(loss).all() and not torch.isinf(loss).any()\n"
         "    loss.backward()\n"
-        "    opt.step()\n")
-    r = preload_run([PYTHON, script], out)
-    assert r.returncode == 0, r.stderr
+        "    opt.step()\n", out)
     assert findings(out, "propagated") == [] and findings(out, "origin") == []
     j = view_json(out)
     assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]

@@ -1,6 +1,6 @@
 """Which op nanhunt names as the first origin, in real torch programs."""
 from conftest import (DEMO, PYTHON, SCRIPTS, findings, nanhunt_run,
-                      preload_run, view_json)
+                      preload_run, preload_script, view_json)
 
 
 def test_fp16_dot_overflow_is_an_origin_with_positive_infinity(out):
@@ -101,15 +101,13 @@ def test_a_copy_into_a_buffer_that_held_inf_is_judged_by_its_source(out, tmp_pat
     # copy_ overwrites its destination whole: the inf the buffer held from
     # an earlier overflow is no input of it. Its own overflow (fp32 100000
     # into fp16) is an origin, not that old inf passed on.
-    script = tmp_path / "copy_into_stale_buffer.py"
-    script.write_text(
+    preload_script(
+        tmp_path / "copy_into_stale_buffer.py",
         "import torch\n"
         "half = torch.full((4,), 300.0, dtype=torch.float16)\n"
         "buf = half * half  # 90000: inf in fp16, an origin\n"
         "src = torch.full((4,), 100000.0)\n"
-        "buf.copy_(src)  # inf again, from finite fp32 values\n")
-    r = preload_run([PYTHON, script], out)
-    assert r.returncode == 0, r.stderr
+        "buf.copy_(src)  # inf again, from finite fp32 values\n", out)
     origins = [(f["op"], f["dtype"]) for f in findings(out, "origin")]
     assert origins == [("aten::mul", "float16"), ("aten::copy_", "float16")], origins
     copy = findings(out, "origin")[1]
