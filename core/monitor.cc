@@ -265,15 +265,14 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
       in.deliberate = true;  // presumed: its maker was not checked
     }
     // A ±inf scalar, or a one-value ±inf tensor no op made
-    // (torch.tensor(float("-inf"))), that the program hands to a fill is a
-    // mask, also as it reaches the in-place fill inside (masked_fill ->
-    // masked_fill_). A fill inside an op that computes got its scalar from
-    // that kernel.
+    // (torch.tensor(float("-inf"))), that a fill is given is a mask: by the
+    // program, or inside another op by its kernel, a constant (amax's -inf
+    // to start from, SDPA's -inf for a boolean mask) or a value it computed
+    // (the CPU dot's overflowed fp32 sum, filled into its fp16 result). The
+    // op around it is checked at its end, and its output is judged by its
+    // own inputs: the dot's overflow is still the dot's origin.
     const bool one_value = in.dtype == "scalar" || (in.shape == "[]" && !in.produced_by_op);
-    if (one_value && in.counts.nan == 0 && PlacesScalar(e.op) &&
-        (e.top_op.empty() || PlacesScalar(e.top_op))) {
-      in.deliberate = true;
-    }
+    if (one_value && in.counts.nan == 0 && PlacesScalar(e.op)) in.deliberate = true;
     if (!in.deliberate || in.counts.nan != 0) return false;
     any_deliberate = true;
   }

@@ -76,6 +76,7 @@ bool PlacesScalar(absl::string_view op) {
       "aten::fill_",      "aten::fill",          "aten::full",         "aten::full_like",
       "aten::new_full",   "aten::scalar_tensor", "aten::masked_fill",  "aten::masked_fill_",
       "aten::index_fill", "aten::index_fill_",   "aten::where",
+      "aten::constant_pad_nd", "aten::pad",  // F.pad(x, ..., value=-inf)
       // How torch.tensor(float("-inf")) materialises a Python literal.
       "aten::detach_",    "aten::lift_fresh"};
   return Named(kOps, op);

@@ -45,9 +45,12 @@ bool FillsWithScalar(absl::string_view op);
 // Masks: -inf (or +inf) put into a tensor on purpose, as attention code
 // does (`scores.masked_fill(mask, float("-inf"))`, `torch.full(..., -inf)`).
 // Ops that place a scalar argument into memory as it is: a ±inf scalar, or
-// a one-value tensor no op made, given to one of them by the program (a
-// top-level call) is deliberate. detach_ and lift_fresh are how
-// torch.tensor(float("-inf")) arrives.
+// a one-value tensor no op made, given to one of them is deliberate: by the
+// program, or inside another op by its kernel (amax's and logsumexp's -inf
+// to start a maximum from, scaled_dot_product_attention's -inf for a
+// boolean mask, pad's value), whose own check at its end then judges what
+// it made of it. detach_ and lift_fresh are how torch.tensor(float("-inf"))
+// arrives.
 bool PlacesScalar(absl::string_view op);
 // Ops through which deliberate ±inf stay deliberate as long as no NaN
 // comes out: arithmetic with finite values, selection, layout changes,

@@ -76,3 +76,31 @@ def test_checking_for_inf_with_isfinite_is_not_a_finding(out, tmp_path):
     j = view_json(out)
     assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
     assert j["nonfinite_steps"] == []
+
+
+def test_the_inf_ops_put_in_on_their_own_leave_a_healthy_run_healthy(out, tmp_path):
+    # amax and logsumexp start their maximum from -inf (a fill_ inside),
+    # scaled_dot_product_attention turns a boolean mask into -inf, and
+    # F.pad places its value: constants of those kernels, not data and not
+    # an overflow. No finding, no step marked non-finite.
+    preload_script(
+        tmp_path / "kernel_constants.py",
+        "import torch, torch.nn.functional as F\n"
+        "model = torch.nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "x = torch.randn(16, 8)\n"
+        "keep = torch.ones(8, 8, dtype=torch.bool).tril()\n"
+        "for step in range(4):\n"
+        "    opt.zero_grad()\n"
+        "    h = model(x)\n"
+        "    q = h.view(1, 2, 8, 8)\n"
+        "    a = F.scaled_dot_product_attention(q, q, q, attn_mask=keep)\n"
+        "    p = F.max_pool1d(F.pad(h.unsqueeze(0), (1, 1), value=float('-inf')), 3, 1)\n"
+        "    loss = h.amax(1).mean() + torch.logsumexp(h, 1).mean() + a.mean() + p.mean()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n", out)
+    assert [f for f in findings(out) if f["kind"] not in ("near_max", "underflow")] == []
+    j = view_json(out)
+    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
+    assert j["nonfinite_steps"] == []
+    assert "STEPS  ...." in run([NANHUNT, "view", out]).stdout

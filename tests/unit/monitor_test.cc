@@ -214,12 +214,22 @@ TEST_F(MonitorTest, WhileOthersGoUncheckedNaNOfUnknownMakingIsNotCalledData) {
   EXPECT_FALSE(monitor_.first_origin().has_value());
 }
 
-TEST_F(MonitorTest, InfFromAComputationIsNeverAMask) {
-  // The same -inf scalar from a kernel inside another op (dot's fill_), or
-  // a Python float that overflowed, given to an op that computes.
+TEST_F(MonitorTest, InfFromAComputationIsJudgedAtTheOpThatComputedIt) {
+  // A kernel inside another op fills a tensor with a scalar: a constant
+  // (amax's -inf to start a maximum from) or a value it computed (the CPU
+  // dot's overflowed fp32 sum, filled into its fp16 result). The fill_
+  // cannot tell which and is no finding; the op around it, checked at its
+  // end with finite inputs and inf out, is the origin.
   FakeContext nested;
   nested.inputs = {MinusInfScalar()};
-  EXPECT_EQ(Op("aten::fill_", Fp16(1), nested, "aten::dot"), Verdict::kPropagated);
+  EXPECT_EQ(Op("aten::fill_", Fp16(1), nested, "aten::dot"), Verdict::kMasked);
+  FakeContext dot;
+  dot.inputs = {Input(false, false), Input(false, false)};
+  EXPECT_EQ(Op("aten::dot", Fp16(1), dot), Verdict::kOrigin);
+  ASSERT_TRUE(monitor_.first_origin().has_value());
+  EXPECT_EQ(monitor_.first_origin()->op, "aten::dot");
+  // A Python float that overflowed, given to an op that computes: data
+  // from outside, never a mask.
   FakeContext mul;
   mul.inputs = {Input(false, false), MinusInfScalar()};
   EXPECT_EQ(Op("aten::mul", Fp16(8), mul), Verdict::kInput);
