@@ -55,9 +55,12 @@ def main():
     p.add_argument("--anomaly", action="store_true")
     # AdamW's foreach implementation, CUDA's default, also on the CPU.
     p.add_argument("--foreach", action="store_true")
+    # GPT-2 small's depth with --tiny's widths: its op stream on a CPU.
+    p.add_argument("--layers", type=int, default=None)
     a = p.parse_args()
     vocab, d, layers, heads, seq, batch = (
         (512, 64, 2, 4, 64, 2) if a.tiny else (50257, 768, 12, 12, 1024, 8))
+    layers = a.layers or layers
     torch.manual_seed(0)
     dev = torch.device(a.device)
     model = GPT(vocab, d, layers, heads, seq).to(dev)
