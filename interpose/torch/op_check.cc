@@ -516,16 +516,24 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
   return result;
 }
 
+namespace {
+
+// Whether argument `i` is one the op writes whole (copy_'s, fill_'s self):
+// its old values are no input of the op.
+bool OverwritesWhole(const OpTraits& traits, size_t i) {
+  return traits.overwrites_written &&
+         std::find(traits.written_args.begin(), traits.written_args.end(),
+                   static_cast<int>(i)) != traits.written_args.end();
+}
+
+}  // namespace
+
 void CarryNonFinite(const std::vector<c10::IValue>& inputs,
                     const std::vector<c10::IValue>& outputs, const OpTraits& traits) {
   if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return;
   StorageState carried = StorageState::kFinite;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (traits.overwrites_written &&
-        std::find(traits.written_args.begin(), traits.written_args.end(),
-                  static_cast<int>(i)) != traits.written_args.end()) {
-      continue;
-    }
+    if (OverwritesWhole(traits, i)) continue;
     ForEachTensor(inputs[i], [&](const at::Tensor& t) {
       if (!t.defined() || carried == StorageState::kNonFinite) return;
       const StorageState state = StorageStateOf(StorageKey(t));
@@ -577,9 +585,7 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
     for (const InputFacts& w : written_before_) {
       if (w.arg_index == static_cast<int>(i)) before = &w;
     }
-    if (before == nullptr && traits_.overwrites_written &&
-        std::find(traits_.written_args.begin(), traits_.written_args.end(),
-                  static_cast<int>(i)) != traits_.written_args.end()) {
+    if (before == nullptr && OverwritesWhole(traits_, i)) {
       continue;  // fill_'s or copy_'s self holds its result now, and none of its past
     }
     if (before != nullptr) {
