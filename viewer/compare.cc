@@ -155,9 +155,8 @@ std::string RenderComparisonText(const Comparison& c, int width) {
       absl::StrAppend(&out, "     the other run, same op and step: max|x| ",
                       FormatAbs(*r.other_max_abs), " (", r.other_dtype, ")",
                       std::isfinite(*r.other_max_abs) && *r.other_max_abs >= kFp16Max
-                          ? absl::StrFormat(": %.2fx fp16's limit, so fp16 "
-                                            "cannot hold it",
-                                            *r.other_max_abs / kFp16Max)
+                          ? absl::StrCat(": ", TimesFp16Max(*r.other_max_abs),
+                                         " fp16's limit, so fp16 cannot hold it")
                           : "",
                       "\n");
     }

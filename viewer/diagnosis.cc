@@ -123,8 +123,8 @@ Diagnosis CastOverflow(const RunSummary& s, const FindingRow& f) {
       "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
       " cast finite values to ", f.dtype, " inf/NaN",
       f.fp32_max_abs && std::isfinite(*f.fp32_max_abs)
-          ? absl::StrFormat(" (they were up to %.6g, %.2fx the limit)",
-                            *f.fp32_max_abs, *f.fp32_max_abs / kFp16Max)
+          ? absl::StrFormat(" (they were up to %.6g, %s the limit)",
+                            *f.fp32_max_abs, TimesFp16Max(*f.fp32_max_abs))
           : "",
       f.source.empty() ? "" : ", at " + f.source));
   // The wider op that made them: the largest fp32/bf16 warning up to then.
@@ -161,8 +161,8 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
                          " produced values past fp16's 65504 at step ", f.step);
   std::string reached;
   if (f.fp32_max_abs && std::isfinite(*f.fp32_max_abs)) {
-    reached = absl::StrFormat(" (recomputed in fp32 they reach %.6g, %.2fx the limit)",
-                              *f.fp32_max_abs, *f.fp32_max_abs / kFp16Max);
+    reached = absl::StrFormat(" (recomputed in fp32 they reach %.6g, %s the limit)",
+                              *f.fp32_max_abs, TimesFp16Max(*f.fp32_max_abs));
   }
   d.evidence.push_back(absl::StrCat(
       "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,

@@ -172,6 +172,11 @@ std::string FormatAbs(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
+std::string TimesFp16Max(double v) {
+  const double r = v / kFp16Max;
+  return r < 100 ? absl::StrFormat("%.2fx", r) : absl::StrFormat("%.3gx", r);
+}
+
 RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
   std::set<std::string> commands, dtypes, settings;
@@ -474,8 +479,7 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       absl::StrAppend(
           &out, "          recomputed in fp32 the outputs reach |x| = ",
           FormatAbs(*f.fp32_max_abs),
-          absl::StrFormat(" (%.2fx fp16's max 65504)\n",
-                          *f.fp32_max_abs / kFp16Max));
+          " (", TimesFp16Max(*f.fp32_max_abs), " fp16's max 65504)\n");
     } else if (f.fp32_max_abs) {
       absl::StrAppend(&out, "          recomputed in fp32 the outputs are not finite either\n");
     }
