@@ -39,6 +39,7 @@ class LateContext final : public OpContext {
             f.deliberate = true;
             break;
           case StorageState::kFinite:
+          case StorageState::kMaskConstants:  // finite, as its writer's check found
             f.assumed_finite = true;
             break;
         }
@@ -53,6 +54,19 @@ class LateContext final : public OpContext {
   std::string Stack() override { return op_.stack; }
   // The inputs may have changed since: no recomputation after the fact.
   std::optional<double> RecomputeFp32MaxAbs() override { return std::nullopt; }
+  // Scalars and host tensors as found at enqueue; device memory as the
+  // results delivered before this one (enqueue order) left it.
+  bool InputsHoldMasks(absl::string_view) override {
+    for (const LateInput& in : op_.inputs) {
+      if (in.holds_masks) return true;
+      if (in.storage == nullptr) continue;
+      const StorageState state = state_of_(in.storage);
+      if (state == StorageState::kMaskConstants || state == StorageState::kDeliberate) {
+        return true;
+      }
+    }
+    return false;
+  }
 
  private:
   const LateOp& op_;
@@ -116,10 +130,7 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
     const bool bad = AnyNonFinite(op->outputs[i].counts);
     any_nonfinite |= bad && verdict != Verdict::kMasked;
     if (op->output_storages[i] != nullptr) {
-      remember_(op->output_storages[i], !bad ? StorageState::kFinite
-                                        : verdict == Verdict::kMasked
-                                            ? StorageState::kDeliberate
-                                            : StorageState::kNonFinite);
+      remember_(op->output_storages[i], StorageStateAfter(verdict, bad));
     }
   }
   {

@@ -40,6 +40,10 @@ struct LateInput {
   const void* storage = nullptr;  // device tensors: judged at delivery
   bool from_collective = false;   // a collective wrote it (at enqueue)
   bool checked_on_host = false;   // host tensors: checked at enqueue
+  // A scalar argument that is a mask constant (IsMaskConstant), or a host
+  // tensor holding masks: found at enqueue (OpContext::InputsHoldMasks).
+  // Device memory: the registry, at delivery.
+  bool holds_masks = false;
   CheckCounts counts;             // when checked_on_host
   double max_abs = 0;
 };

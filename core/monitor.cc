@@ -146,13 +146,40 @@ std::vector<TensorFacts> WithoutMagnitudes(absl::Span<const TensorFacts> outputs
   return kept;
 }
 
+// Whether a finite output of `outputs` came near the limit (or past
+// fp16's: an fp32 one).
+bool AnyFiniteNearMax(absl::Span<const TensorFacts> outputs) {
+  for (const TensorFacts& t : outputs) {
+    if (t.counts.near_max > 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
+StorageState StorageStateAfter(Verdict verdict, bool nonfinite) {
+  if (nonfinite) {
+    return verdict == Verdict::kMasked ? StorageState::kDeliberate : StorageState::kNonFinite;
+  }
+  return verdict == Verdict::kMaskConstants ? StorageState::kMaskConstants
+                                            : StorageState::kFinite;
+}
+
 Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
-  std::vector<TensorFacts> loss_scaled;
-  if (e.loss_scaling) {
-    loss_scaled = WithoutMagnitudes(e.outputs);
-    e.outputs = loss_scaled;
+  std::vector<TensorFacts> without_magnitudes;
+  // Near the limit in an op that places or carries masks, given masks (a
+  // mask constant, or memory holding masks): the values are mask constants
+  // (torch.finfo(dtype).min), large on purpose as a loss scale is. No
+  // headroom finding, no warning, out of the op statistics; non-finite
+  // values still count. A computed value near the limit among them goes
+  // unreported here, not where it was computed (the matmul before the
+  // mask). Asked only of ops near the limit, which a healthy run has few of.
+  const bool mask_constants = !e.loss_scaling && CarriesMasks(e.op) &&
+                              AnyFiniteNearMax(e.outputs) &&
+                              context.InputsHoldMasks(e.op);
+  if (e.loss_scaling || mask_constants) {
+    without_magnitudes = WithoutMagnitudes(e.outputs);
+    e.outputs = without_magnitudes;
   }
   Format format = Format::kF32;
   const CheckCounts total = Total(e.outputs, format);
@@ -240,7 +267,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
     Emit(std::move(row));
     if (want_headroom) return Verdict::kWarned;
   }
-  return Verdict::kClean;
+  return mask_constants ? Verdict::kMaskConstants : Verdict::kClean;
 }
 
 Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
@@ -255,7 +282,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
 }
 
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
-                        std::vector<InputFacts>& inputs) {
+                        std::vector<InputFacts>& inputs, OpContext& context) {
   if (total.nan != 0 || !CarriesMasks(e.op)) return false;
   bool any_deliberate = false, any_assumed = false;
   for (InputFacts& in : inputs) {
@@ -278,7 +305,12 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
   }
   // On a GPU the inputs were not read: ±inf from inputs no check saw is
   // presumed a mask carried along while others go unchecked.
-  return any_deliberate || (e.others_unchecked && any_assumed);
+  if (any_deliberate || (e.others_unchecked && any_assumed)) return true;
+  // -inf from finite inputs that hold mask constants: a torch.finfo(fp32).min
+  // mask cast to fp16 (autocast does it to scaled_dot_product_attention's
+  // attn_mask), two finfo.min masks added. Masks are negative: +inf is
+  // still what the op computed.
+  return total.posinf == 0 && context.InputsHoldMasks(e.op);
 }
 
 Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
@@ -289,7 +321,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     verdict = Verdict::kPropagated;
   } else {
     inputs = context.Inputs();
-    if (IsMasking(e, total, inputs)) {
+    if (IsMasking(e, total, inputs, context)) {
       absl::MutexLock lock(&mu_);
       // A mask is not a non-finite step.
       if (LateStep* late = LateStepOf(e); late != nullptr) {

@@ -72,8 +72,10 @@ struct InputFacts {
 };
 
 // What the registry of storages (kept by the plugin) knows of a tensor's
-// memory after the last op that wrote it was judged.
-enum class StorageState { kFinite, kNonFinite, kDeliberate };
+// memory after the last op that wrote it was judged. kMaskConstants:
+// finite, with mask constants among its values (IsMaskConstant in
+// core/op_policy.h: torch.finfo(dtype).min), large on purpose.
+enum class StorageState { kFinite, kNonFinite, kDeliberate, kMaskConstants };
 
 // What the monitor may ask about an op whose outputs were not finite (or
 // came near the limit). Called at most once per method per op, only when
@@ -89,6 +91,10 @@ class OpContext {
   // inputs; nullopt when that is not possible or not safe (in-place ops,
   // random ops, ops without a schema).
   virtual std::optional<double> RecomputeFp32MaxAbs() = 0;
+  // Whether an input of `op` holds masks: a scalar argument that is a
+  // mask constant (IsMaskConstant), or memory the registry says holds mask
+  // constants or deliberate ±inf (a finfo.min mask with -inf added in).
+  virtual bool InputsHoldMasks(absl::string_view op) = 0;
 };
 
 // One finished op.
@@ -130,7 +136,19 @@ struct OpEvent {
 // kWarned: finite, but a near-max finding was recorded for it.
 // kMasked: its only inf came from deliberate masks (no finding; its outputs
 // are deliberate in turn).
-enum class Verdict { kClean, kWarned, kOrigin, kInput, kPropagated, kMasked };
+// kMaskConstants: finite, and its large values are mask constants it
+// placed or carried (no warning; its outputs hold mask constants in turn).
+enum class Verdict { kClean, kWarned, kOrigin, kInput, kPropagated, kMasked, kMaskConstants };
+
+// What the registry remembers of an output of an op judged `verdict`, by
+// whether that output held non-finite values.
+StorageState StorageStateAfter(Verdict verdict, bool nonfinite);
+
+// Verdicts that are no news: nothing to escalate, warn about or name
+// kernels for.
+inline bool IsQuiet(Verdict v) {
+  return v == Verdict::kClean || v == Verdict::kMasked || v == Verdict::kMaskConstants;
+}
 
 class Monitor {
  public:
@@ -252,13 +270,14 @@ class Monitor {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(FindingRow row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Non-finite outputs that are only masks carried along: inf (no NaN)
-  // from deliberate ±inf inputs through an op that carries masks. Marks
-  // the deliberate scalar inputs it finds.
+  // from deliberate ±inf inputs through an op that carries masks, or -inf
+  // made of mask constants (a finfo.min mask cast to fp16). Marks the
+  // deliberate scalar inputs it finds.
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
-                        std::vector<InputFacts>& inputs);
+                        std::vector<InputFacts>& inputs, OpContext& context);
   Verdict ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
                             Format format, OpContext& context)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
   const CheckLimits limits_;

@@ -3,6 +3,8 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <iterator>
 
 #include "absl/strings/match.h"
@@ -97,6 +99,21 @@ bool CarriesMasks(absl::string_view op) {
       "aten::pad",        "aten::abs",         "aten::amax",         "aten::amin",
       "aten::max",        "aten::min",         "aten::relu"};
   return PlacesScalar(op) || Named(kOps, op);
+}
+
+bool IsMaskConstant(absl::string_view op, double value) {
+  // Exact: each is what torch.finfo gives as a Python float.
+  static constexpr double kLargest[] = {
+      65504.0,                              // float16
+      3.3895313892515355e38,                // bfloat16
+      static_cast<double>(FLT_MAX),         // float32
+      DBL_MAX};                             // float64
+  const double magnitude = std::fabs(value);
+  if (std::find(std::begin(kLargest), std::end(kLargest), magnitude) != std::end(kLargest)) {
+    return true;
+  }
+  // Placed as it is, and past what fp16 holds (it rounds to -inf there).
+  return PlacesScalar(op) && std::isfinite(value) && value <= -65520.0;
 }
 
 bool MatchesOpPattern(absl::string_view op, absl::string_view overload,

@@ -59,6 +59,16 @@ bool PlacesScalar(absl::string_view op);
 // NaN made from a mask (a row masked entirely) is always an origin.
 bool CarriesMasks(absl::string_view op);
 
+// Mask constants: finite stand-ins for -inf that masks are made of. The
+// largest finite value of a float format, torch.finfo(dtype).min or .max
+// (65504, bf16's and fp32's 3.4e38), given to any op (Hugging Face's masks:
+// `torch.full(..., torch.finfo(dtype).min)`, `(1.0 - mask) *
+// torch.finfo(dtype).min`); or a large negative value a fill places
+// (`masked_fill(mask, -1e9)`). They are past fp16's range or at its limit
+// on purpose: a cast of them to fp16 gives -inf, a mask. Loss scales are
+// neither: positive powers of two (65536), never a format's largest value.
+bool IsMaskConstant(absl::string_view op, double value);
+
 // Whether `op` ("aten::bmm", or with its overload, "aten::add.Tensor")
 // matches one of `patterns` (names or shell globs as in NANHUNT_FP32_OPS).
 // A pattern without a '.' matches every overload of the name.

@@ -7,6 +7,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
+#include "core/op_policy.h"
 #include "core/self_time.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/cuda_library.h"
@@ -110,14 +111,20 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   const CheckLimits& limits = session.monitor().limits();
   op->inputs.reserve(inputs.size());  // one per argument, but for tensor lists
   for (size_t i = 0; i < inputs.size(); ++i) {
-    // A non-finite scalar argument (masked_fill(mask, -inf), full(inf)):
-    // known now, as on the CPU path.
-    if (!inputs[i].isDouble() || std::isfinite(inputs[i].toDouble())) continue;
+    // A non-finite scalar argument (masked_fill(mask, -inf), full(inf)), or
+    // a mask constant (full(..., torch.finfo(dtype).min)): known now, as on
+    // the CPU path.
+    if (!inputs[i].isDouble()) continue;
+    const double value = inputs[i].toDouble();
+    const bool mask_constant = IsMaskConstant(call.name, value);
+    if (std::isfinite(value) && !mask_constant) continue;
     LateInput in;
     in.arg_index = static_cast<int>(i);
     in.dtype = "scalar";
     in.checked_on_host = true;
-    in.counts = CountScalar(inputs[i].toDouble());
+    in.counts = CountScalar(value);
+    in.max_abs = std::isnan(value) ? 0 : std::fabs(value);
+    in.holds_masks = mask_constant;
     op->inputs.push_back(std::move(in));
   }
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
@@ -137,6 +144,11 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
         in.checked_on_host = true;
         in.counts = facts.counts;
         in.max_abs = MaxAbs(facts.format, facts.counts);
+        // `scores * torch.finfo(dtype).min` wraps the number into a tensor.
+        const StorageState state = StorageStateOf(StorageKey(t));
+        in.holds_masks = IsMaskConstantArg(call.name, c10::IValue(t)) ||
+                         state == StorageState::kMaskConstants ||
+                         state == StorageState::kDeliberate;
       }
     }
     op->inputs.push_back(std::move(in));

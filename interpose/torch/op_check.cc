@@ -202,6 +202,35 @@ bool HasNonFiniteScalar(const std::vector<c10::IValue>& inputs) {
   return false;
 }
 
+bool IsMaskConstantArg(absl::string_view op, const c10::IValue& v) {
+  if (v.isDouble()) return IsMaskConstant(op, v.toDouble());
+  if (!v.isTensor()) return false;
+  const at::Tensor& t = v.toTensor();
+  if (!t.defined() || t.numel() != 1 || !t.device().is_cpu() || !t.has_storage()) {
+    return false;
+  }
+  // Read in place: item() would be an op of its own, seen by the callbacks.
+  switch (t.scalar_type()) {
+    case at::kHalf:
+      return IsMaskConstant(op, static_cast<float>(*t.const_data_ptr<at::Half>()));
+    case at::kBFloat16:
+      return IsMaskConstant(op, static_cast<float>(*t.const_data_ptr<at::BFloat16>()));
+    case at::kFloat:
+      return IsMaskConstant(op, *t.const_data_ptr<float>());
+    case at::kDouble:
+      return IsMaskConstant(op, *t.const_data_ptr<double>());
+    default:
+      return false;
+  }
+}
+
+bool HasMaskConstantScalar(absl::string_view op, const std::vector<c10::IValue>& inputs) {
+  for (const c10::IValue& v : inputs) {
+    if (v.isDouble() && IsMaskConstant(op, v.toDouble())) return true;
+  }
+  return false;
+}
+
 namespace {
 
 // NANHUNT_FP32_OPS as it is now (a reload may change it): whether it names
@@ -618,6 +647,22 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
     });
   }
   return result;
+}
+
+bool TorchOpContext::InputsHoldMasks(absl::string_view op) {
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (OverwritesWhole(traits_, i)) continue;  // its old values are no input
+    const c10::IValue& v = inputs_[i];
+    if (IsMaskConstantArg(op, v)) return true;
+    bool held = false;
+    ForEachTensor(v, [&](const at::Tensor& t) {
+      if (held || !t.defined()) return;
+      const StorageState state = StorageStateOf(StorageKey(t));
+      held = state == StorageState::kMaskConstants || state == StorageState::kDeliberate;
+    });
+    if (held) return true;
+  }
+  return false;
 }
 
 void TorchOpContext::Locate() {

@@ -122,6 +122,15 @@ bool SameFloatingDtype(const std::vector<c10::IValue>& inputs,
 // True when a Python float or Scalar argument is NaN or infinite.
 bool HasNonFiniteScalar(const std::vector<c10::IValue>& inputs);
 
+// Whether argument `v` of `op` is a mask constant (IsMaskConstant in
+// core/op_policy.h) given as it is: a Python float or Scalar, or a
+// one-value host tensor (a Python number torch wrapped, torch.tensor(x)).
+// Memory that holds them is the registry's to say (kMaskConstants).
+bool IsMaskConstantArg(absl::string_view op, const c10::IValue& v);
+// A Python float or Scalar argument of `op` is one (a fill's, which is not
+// checked otherwise).
+bool HasMaskConstantScalar(absl::string_view op, const std::vector<c10::IValue>& inputs);
+
 // Checks every tensor among `outputs` of `owner`; appends facts and the
 // tensors.
 void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,
@@ -186,6 +195,7 @@ class TorchOpContext final : public OpContext {
   std::string Source() override;
   std::string Stack() override;
   std::optional<double> RecomputeFp32MaxAbs() override;
+  bool InputsHoldMasks(absl::string_view op) override;
 
  private:
   void Locate();

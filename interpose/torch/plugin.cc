@@ -170,8 +170,7 @@ void StopAtFirstNonFinite(const Frame& frame, const OpTraits& traits,
 // A checked op's verdict in sample mode: non-finite values, or a jump in
 // the op's headroom (the monitor warns when its max |x| grows), escalate.
 void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict) {
-  if (verdict == Verdict::kClean || verdict == Verdict::kMasked ||
-      session.sampler() == nullptr) {
+  if (IsQuiet(verdict) || session.sampler() == nullptr) {
     return;
   }
   EscalateSampling(session, absl::StrCat(op, verdict == Verdict::kWarned
@@ -185,7 +184,7 @@ void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict)
 void OnLateVerdict(const LateOp& op, Verdict verdict) {
   Session* session = Session::Get();
   if (session == nullptr) return;
-  if (verdict != Verdict::kClean && verdict != Verdict::kMasked) NameKernelsFromNowOn();
+  if (!IsQuiet(verdict)) NameKernelsFromNowOn();
   EscalateOnVerdict(*session, op.op, verdict);
   LiveSettings& live = session->live();
   bool fp16 = false;
@@ -508,13 +507,17 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     return;
   }
   // Copies and scalar fills make no new values unless they convert a dtype
-  // or are given a non-finite scalar.
+  // or are given a non-finite scalar, or a mask constant (whose memory the
+  // registry must know: torch.full(..., torch.finfo(dtype).min)).
   if (traits.copies_values && SameFloatingDtype(frame.inputs, fn.outputs())) {
     CarryNonFinite(frame.inputs, fn.outputs(), traits);
     monitor.NoteCopy(StoragesOf(frame.inputs), StoragesOf(fn.outputs()));
     return;
   }
-  if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs)) return;
+  if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs) &&
+      !HasMaskConstantScalar(frame.name, frame.inputs)) {
+    return;
+  }
   if (CopiedFromGpuLater(frame.inputs, traits)) {
     // Its host outputs hold stale values now (a fp16 gradient copied into a
     // fp32 host buffer, as DeepSpeed's offload does): counted, not judged.
@@ -577,10 +580,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   }
   for (size_t i = 0; i < ts.output_tensors.size(); ++i) {
     const bool bad = AnyNonFinite(ts.output_facts[i].counts);
-    RememberChecked(ts.output_tensors[i],
-                    !bad                           ? StorageState::kFinite
-                    : verdict == Verdict::kMasked ? StorageState::kDeliberate
-                                                  : StorageState::kNonFinite);
+    RememberChecked(ts.output_tensors[i], StorageStateAfter(verdict, bad));
   }
   if (!traits.collective) monitor.ForgetCollective(StoragesOf(fn.outputs()));
   if (parent != nullptr) {

@@ -23,6 +23,8 @@
 //                                     zero_ and a zeros (nested copy_, fill_)
 //   host_gpu_ops async-copy           fp16 GPU values copied into a host
 //                                     fp32 buffer with non_blocking=True
+//   host_gpu_ops mask-constants       masks of torch.finfo(dtype).min, one
+//                                     cast to fp16 (-inf)
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <torch/torch.h>
 
@@ -303,6 +305,25 @@ int CastsAndFills() {
   return 0;
 }
 
+// Masks as Hugging Face builds them, of torch.finfo(dtype).min: fp32
+// scores masked_fill'ed with fp32's, cast to fp16 (-inf: autocast does it
+// to scaled_dot_product_attention's attn_mask); fp16 scores filled with
+// fp16's own 65504 by torch.where. Masks, neither an origin nor a warning.
+int MaskConstants() {
+  const at::Tensor above = OnGpu(Unseen([] { return torch::ones({8, 8}, torch::kBool).triu(1); }));
+  const at::Tensor scores = OnGpu(Unseen([] { return torch::randn({8, 8}); }));
+  const double fp32_min = -3.4028234663852886e38, fp16_min = -65504.0;
+  const at::Tensor masked =
+      GpuOp("aten::masked_fill", "Scalar", {scores, above, c10::Scalar(fp32_min)},
+            [&] { return HostOf(scores).masked_fill(HostOf(above), fp32_min); });
+  Cast(masked, at::kHalf);
+  const at::Tensor half = Cast(scores, at::kHalf);
+  GpuOp("aten::where", "ScalarOther", {above, half, c10::Scalar(fp16_min)},
+        [&] { return at::where(HostOf(above), c10::Scalar(fp16_min), HostOf(half)); });
+  std::printf("masked 2 ways\n");
+  return 0;
+}
+
 // host_buffer.copy_(gpu_values, non_blocking=True) into a fp32 buffer that
 // still holds NaN from before (a step whose gradients overflowed, say):
 // the finite values land after the op returns, as the GPU runs the copy.
@@ -353,7 +374,8 @@ int main(int argc, char** argv) {
   if (what == "in-place") return InPlace();
   if (what == "casts-and-fills") return CastsAndFills();
   if (what == "async-copy") return AsyncCopy();
+  if (what == "mask-constants") return MaskConstants();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | loop N\n");
   return 2;
 }

@@ -146,6 +146,22 @@ def test_casts_and_fills_are_checked_once_by_the_op_that_returns_them(out, tmp_p
                     ("aten::zero_", 64, 0), ("aten::zeros", 64, 0)]
 
 
+@pytest.mark.parametrize("batch", ["1", "32"])
+def test_masks_of_finfo_min_are_known_by_their_memory_when_results_arrive(out, batch):
+    # fp32 scores masked_fill'ed with torch.finfo(torch.float32).min, then
+    # cast to fp16: -inf from finite values, judged after the fact by what
+    # the masked_fill's result left in the registry. And torch.where
+    # placing fp16's own 65504. Masks: no origin, no warning.
+    r = run_gpu_ops(["mask-constants"], out, STAND_IN_PRELOAD, NANHUNT_GPU_BATCH=batch)
+    assert r.returncode == 0, r.stderr
+    assert "masked 2 ways" in r.stdout
+    assert "warning:" not in r.stderr and "first non-finite" not in r.stderr, r.stderr
+    assert findings(out) == []
+    j = view_json(out)
+    assert j["first_origin"] is None and j["warnings"] == []
+    assert j["mask_ops"] == ["aten::_to_copy"], j["mask_ops"]
+
+
 def test_a_non_blocking_copy_to_the_host_is_not_judged_by_what_was_there(out):
     # buffer.copy_(gpu_fp16, non_blocking=True) into a fp32 host buffer
     # holding NaN from before: at the op's end the GPU has not copied yet.

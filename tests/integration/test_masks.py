@@ -104,3 +104,37 @@ def test_the_inf_ops_put_in_on_their_own_leave_a_healthy_run_healthy(out, tmp_pa
     assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
     assert j["nonfinite_steps"] == []
     assert "STEPS  ...." in run([NANHUNT, "view", out]).stdout
+
+
+FINFO_MIN = SCRIPTS / "finfo_min_masks.py"
+
+
+def test_masks_made_of_finfo_min_are_no_overflow_and_no_warning(out):
+    # Hugging Face's models mask with torch.finfo(dtype).min, not -inf:
+    # finite, but fp32's is past fp16's range (autocast's cast of it for
+    # scaled_dot_product_attention gives -inf), and fp16's is 65504 itself.
+    # Neither is an overflow: no origin ("run SDPA in fp32" would be wrong
+    # advice), no warning, no op that "would overflow in fp16".
+    r = preload_run([PYTHON, FINFO_MIN], out)
+    assert r.returncode == 0, r.stderr
+    assert "warning:" not in r.stderr and "first non-finite" not in r.stderr, r.stderr
+    assert [f for f in findings(out) if f["kind"] != "underflow"] == []
+    j = view_json(out)
+    assert j["first_origin"] is None
+    assert j["nonfinite_steps"] == []
+    assert j["warnings"] == []
+    for op in ("aten::_to_copy", "aten::add"):  # the SDPA cast, finfo.min + finfo.min
+        assert op in j["mask_ops"], j["mask_ops"]
+    text = run([NANHUNT, "view", out]).stdout
+    assert "WOULD OVERFLOW IN FP16" not in text, text
+    assert "STEPS  ......" in text
+
+
+def test_a_real_overflow_next_to_finfo_min_masks_is_still_found(out):
+    # The same attention, whose scores overflow fp16 in the matmul at step
+    # 2: named there, after the warning of the growing queries.
+    r = preload_run([PYTHON, FINFO_MIN], out, OVERFLOW="2")
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["top_op"], first["step"]) == ("aten::bmm", "aten::matmul", 2), first
+    assert "warning: aten::mul (forward) reached" in r.stderr, r.stderr

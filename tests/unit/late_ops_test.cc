@@ -209,5 +209,39 @@ TEST_F(LateOpsTest, InfAnOpThatDoesNotCarryMasksMakesFromOneIsPassedOnAsNonFinit
   EXPECT_EQ(states_[&g_storage[1]], StorageState::kNonFinite);
 }
 
+TEST_F(LateOpsTest, MaskConstantsAreKnownByTheirMemoryAndMakeMinusInfAMask) {
+  // torch.full((4, 4), torch.finfo(torch.float32).min): the scalar is
+  // known at enqueue; the result says the output came past fp16's limit.
+  auto full = Op(1, "aten::full", 0);
+  full->outputs[0].format = Format::kF32;
+  LateInput fill_value;
+  fill_value.dtype = "scalar";
+  fill_value.checked_on_host = true;
+  fill_value.counts.elements = 1;
+  fill_value.holds_masks = true;
+  full->inputs.push_back(fill_value);
+  CheckCounts constants;
+  constants.elements = 16;
+  constants.near_max = constants.fp16_overflow = 16;
+  constants.max_abs_bits = 0x7F7FFFFF;
+  EXPECT_EQ(late_.OnResult(full, 0, constants), Verdict::kMaskConstants);
+  EXPECT_EQ(states_[&g_storage[0]], StorageState::kMaskConstants);
+  // triu of it carries them: known by its input's memory alone.
+  auto triu = Op(2, "aten::triu", 1, 0);
+  triu->outputs[0].format = Format::kF32;
+  EXPECT_EQ(late_.OnResult(triu, 0, constants), Verdict::kMaskConstants);
+  // Cast to fp16 (autocast, for scaled_dot_product_attention): -inf.
+  CheckCounts minus_inf = Counts(0);
+  minus_inf.neginf = 6;
+  minus_inf.max_abs_bits = 0x7C00;
+  EXPECT_EQ(late_.OnResult(Op(3, "aten::_to_copy", 2, 1), 0, minus_inf), Verdict::kMasked);
+  EXPECT_EQ(states_[&g_storage[2]], StorageState::kDeliberate);
+  EXPECT_FALSE(monitor_.first_origin()) << "a mask is not a finding";
+  EXPECT_EQ(monitor_.findings(), 0) << "nor a headroom warning";
+  // Memory written finite since holds no mask constants: its cast is an origin.
+  EXPECT_EQ(late_.OnResult(Op(4, "aten::mul", 1, 5), 0, Counts(0)), Verdict::kClean);
+  EXPECT_EQ(late_.OnResult(Op(5, "aten::_to_copy", 3, 1), 0, minus_inf), Verdict::kOrigin);
+}
+
 }  // namespace
 }  // namespace nanhunt

@@ -27,6 +27,12 @@ class FakeContext : public OpContext {
   }
   std::string Stack() override { return "model.py:33 in forward"; }
   std::optional<double> RecomputeFp32MaxAbs() override { return 71000.0; }
+  bool holds_masks = false;  // what InputsHoldMasks says
+  int mask_constant_calls = 0;
+  bool InputsHoldMasks(absl::string_view) override {
+    ++mask_constant_calls;
+    return holds_masks;
+  }
 };
 
 TensorFacts Fp16(uint64_t posinf, uint16_t max_bits = 0x5000) {
@@ -287,6 +293,77 @@ TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillI
   e.outputs = absl::MakeConstSpan(&inf, 1);
   e.loss_scaling = true;
   EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
+}
+
+// torch.finfo(torch.float32).min in fp32: 0x7F7FFFFF, past fp16's range.
+TensorFacts Fp32MaskConstants() {
+  TensorFacts t;
+  t.format = Format::kF32;
+  t.shape = "[8, 8]";
+  t.counts.elements = 64;
+  t.counts.near_max = t.counts.fp16_overflow = 28;
+  t.counts.max_abs_bits = 0x7F7FFFFF;
+  return t;
+}
+
+TEST_F(MonitorTest, MaskConstantsAnOpPlacesOrCarriesAreNoHeadroomFinding) {
+  // torch.full((8, 8), torch.finfo(torch.float32).min).triu(1): the
+  // context says a scalar or an input holds mask constants.
+  std::vector<std::string> notes;
+  monitor_.set_notify([&](const std::string& s) { notes.push_back(s); });
+  FakeContext ctx;
+  ctx.holds_masks = true;
+  EXPECT_EQ(Op("aten::triu", Fp32MaskConstants(), ctx), Verdict::kMaskConstants);
+  TensorFacts fp16 = Fp16(0, 0x7BFF);  // where(causal, w, finfo(fp16).min)
+  fp16.counts.near_max = 4;
+  EXPECT_EQ(Op("aten::where", fp16, ctx), Verdict::kMaskConstants);
+  EXPECT_EQ(monitor_.findings(), 0);
+  EXPECT_TRUE(notes.empty()) << notes[0];
+  // Only an op that carries masks passes them on: softmax computes.
+  EXPECT_EQ(Op("aten::_softmax", fp16, ctx), Verdict::kWarned);
+  // The same values with no mask constant in: an fp32 op that would
+  // overflow fp16, and an fp16 warning.
+  FakeContext plain;
+  EXPECT_EQ(Op("aten::mul", Fp32MaskConstants(), plain), Verdict::kWarned);
+  EXPECT_EQ(Op("aten::add", fp16, plain), Verdict::kWarned);
+  EXPECT_EQ(notes.size(), 2u);
+}
+
+TEST_F(MonitorTest, OnlyOpsNearTheLimitAreAskedForMaskConstants) {
+  FakeContext ctx;
+  ctx.holds_masks = true;
+  EXPECT_EQ(Op("aten::add", Fp16(0, 0x3C00), ctx), Verdict::kClean);
+  EXPECT_EQ(ctx.mask_constant_calls, 0) << "asked of every op, it costs every op";
+}
+
+TEST_F(MonitorTest, MinusInfFromMaskConstantsIsAMaskButPlusInfIsNot) {
+  // autocast casts a finfo(fp32).min attn_mask to fp16 for
+  // scaled_dot_product_attention: -inf from finite inputs.
+  FakeContext ctx;
+  ctx.holds_masks = true;
+  ctx.inputs = {Input(false, false)};
+  TensorFacts minus = Fp16(0);
+  minus.counts.neginf = 28;
+  minus.counts.max_abs_bits = 0x7C00;
+  EXPECT_EQ(Op("aten::_to_copy", minus, ctx, "aten::scaled_dot_product_attention"),
+            Verdict::kMasked);
+  EXPECT_FALSE(monitor_.first_origin().has_value());
+  EXPECT_EQ(Op("aten::_to_copy", Fp16(3), ctx), Verdict::kOrigin) << "+inf is computed";
+  FakeContext plain;
+  plain.inputs = {Input(false, false)};
+  EXPECT_EQ(Op("aten::_to_copy", minus, plain), Verdict::kOrigin);
+  // NaN made of masks (a row masked entirely) is never a mask.
+  TensorFacts nan = minus;
+  nan.counts.nan = 1;
+  EXPECT_EQ(Op("aten::add", nan, ctx), Verdict::kOrigin);
+}
+
+TEST(StorageStateAfter, WhatTheRegistryRemembersOfAnOutput) {
+  EXPECT_EQ(StorageStateAfter(Verdict::kMasked, true), StorageState::kDeliberate);
+  EXPECT_EQ(StorageStateAfter(Verdict::kOrigin, true), StorageState::kNonFinite);
+  EXPECT_EQ(StorageStateAfter(Verdict::kMaskConstants, false), StorageState::kMaskConstants);
+  EXPECT_EQ(StorageStateAfter(Verdict::kWarned, false), StorageState::kFinite);
+  EXPECT_EQ(StorageStateAfter(Verdict::kMasked, false), StorageState::kFinite);
 }
 
 TEST_F(MonitorTest, UnderflowIsReportedOncePerOpAndPhase) {

@@ -1,6 +1,8 @@
 // Which ops a NANHUNT_FP32_OPS list names, and which ops are not checked.
 #include "core/op_policy.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 
 namespace nanhunt {
@@ -33,6 +35,22 @@ TEST(OpPolicy, OnlyAutogradsDetachRecordsAreKnownToWriteNoValues) {
   EXPECT_TRUE(WritesNoValues("detach_"));
   EXPECT_FALSE(WritesNoValues("aten::detach_"));
   EXPECT_FALSE(WritesNoValues("my_extension_op"));
+}
+
+TEST(OpPolicy, MaskConstantsAreFormatLimitsOrLargeNegativeFills) {
+  // torch.finfo(dtype).min of each float format, as Python hands it over.
+  EXPECT_TRUE(IsMaskConstant("aten::full", -65504.0));
+  EXPECT_TRUE(IsMaskConstant("aten::mul", -3.4028234663852886e38)) << "(1 - mask) * finfo.min";
+  EXPECT_TRUE(IsMaskConstant("aten::mul", -3.3895313892515355e38));
+  EXPECT_TRUE(IsMaskConstant("aten::clamp", 3.4028234663852886e38)) << "finfo.max";
+  EXPECT_TRUE(IsMaskConstant("aten::masked_fill", -1e9)) << "placed, past fp16";
+  EXPECT_TRUE(IsMaskConstant("aten::where", -1e30));
+  EXPECT_FALSE(IsMaskConstant("aten::mul", -1e9)) << "arithmetic, not placed";
+  EXPECT_FALSE(IsMaskConstant("aten::masked_fill", -10000.0)) << "fp16 holds it";
+  EXPECT_FALSE(IsMaskConstant("aten::full", 65536.0)) << "GradScaler's initial scale";
+  EXPECT_FALSE(IsMaskConstant("aten::mul", 65536.0)) << "a static loss scale";
+  EXPECT_FALSE(IsMaskConstant("aten::masked_fill", -INFINITY)) << "a mask, but not finite";
+  EXPECT_FALSE(IsMaskConstant("aten::full", 65503.0));
 }
 
 }  // namespace
