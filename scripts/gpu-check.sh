@@ -110,6 +110,32 @@ else
   echo "raise on CUDA: WRONG" | tee "$build"/raise-check.txt; tail -15 "$build"/demo-raise.log; failed+=("raise on CUDA")
 fi
 
+echo "== Hugging Face's torch.finfo(dtype).min masks on CUDA: healthy; beside them, a real overflow"
+for overflow in -1 2; do
+  rm -rf "$build/finfo-$overflow"
+  DEVICE=cuda OVERFLOW=$overflow "$build"/bin/nanhunt run --out "$build/finfo-$overflow" -- \
+    "$python" tests/integration/scripts/finfo_min_masks.py > "$build/finfo-$overflow.log" 2>&1 || true
+  "$build"/bin/nanhunt view --json "$build/finfo-$overflow" > "$build/finfo-$overflow.json" || true
+done
+("$python" - "$build" <<'PY'
+import json, sys
+def load(name):
+    try:
+        return json.load(open(f"{sys.argv[1]}/{name}.json"))
+    except Exception as e:
+        return {"error": repr(e)}
+healthy, bad = load("finfo--1"), load("finfo-2")
+warned = "warning:" in open(f"{sys.argv[1]}/finfo--1.log").read()
+o = bad.get("first_origin") or {}
+ok = (healthy.get("first_origin", 1) is None and not healthy.get("warnings", 1) and not warned
+      and o.get("op") == "aten::bmm" and o.get("step") == 2)
+print(f"finfo.min masks on CUDA: healthy run origin {healthy.get('first_origin', '?')}, "
+      f"warned {warned}; overflow run origin {o.get('op')} step {o.get('step')}: "
+      f"{'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/finfo-check.txt || { failed+=("finfo.min masks on CUDA"); tail -20 "$build/finfo--1.log"; }
+
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
 "$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
@@ -240,7 +266,7 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check raise-check streams-check graph-check batch-check batch-replay; do
+for part in demo-cuda-check raise-check finfo-check streams-check graph-check batch-check batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done
 sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt 2>/dev/null

@@ -8,7 +8,8 @@
 # - BERT's extended mask: (1.0 - mask) * torch.finfo(torch.float32).min.
 # - GPT-2's: torch.where(causal, w, torch.full([], finfo(fp16).min)).
 # Healthy. With OVERFLOW=<step>, the queries grow 30000-fold at that step
-# and the fp16 scores overflow in the eager attention's matmul.
+# and the fp16 scores overflow in the eager attention's matmul. DEVICE=cuda
+# runs it on a GPU (scripts/gpu-check.sh).
 import os
 
 import torch
@@ -18,6 +19,9 @@ import torch.nn.functional as F
 torch.manual_seed(0)
 B, T, D, H = 4, 8, 32, 4
 overflow_step = int(os.environ.get("OVERFLOW", "-1"))
+device = os.environ.get("DEVICE", "cpu")
+if device != "cpu":
+    torch.set_default_device(device)
 qkv, proj, head = nn.Linear(D, 3 * D), nn.Linear(D, D), nn.Linear(D, 1)
 params = [*qkv.parameters(), *proj.parameters(), *head.parameters()]
 opt = torch.optim.AdamW(params, lr=1e-3)
@@ -39,7 +43,7 @@ for step in range(6):
     padding = torch.ones(B, T)
     padding[0, -3:] = 0
     extended = (1.0 - padding[:, None, None, :]) * torch.finfo(torch.float32).min
-    with torch.autocast("cpu", dtype=torch.float16):
+    with torch.autocast(device, dtype=torch.float16):
         q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in qkv(x).split(D, -1))
         if step == overflow_step:
             q = q * 30000.0
