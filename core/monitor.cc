@@ -60,7 +60,7 @@ std::string Describe(absl::Span<const TensorFacts> outputs) {
 // keeps the non-finite ones).
 absl::string_view DeviceInputState(const InputFacts& in) {
   if (in.produced_by_op) return "non-finite when the op that wrote it was checked";
-  if (in.deliberate) return "-inf put there by a mask";
+  if (in.deliberate) return "-inf put there by a mask";  // FromMask in viewer/summary.h
   return "taken as finite (no check of what wrote it found inf or NaN)";
 }
 
@@ -71,6 +71,8 @@ std::string Describe(const std::vector<InputFacts>& inputs) {
         in.on_device ? absl::StrCat(in.dtype, in.shape, " on the GPU, ", DeviceInputState(in))
         : in.checked ? DescribeTensor(in.dtype, in.shape, in.counts, in.max_abs)
                      : absl::StrCat(in.dtype, in.shape, " (not checked)");
+    // The viewer reads this (FromMask in viewer/summary.h).
+    if (in.deliberate && !in.on_device) absl::StrAppend(&d, ", put there by a mask");
     parts.push_back(absl::StrCat("#", in.arg_index, " ", d));
   }
   return absl::StrJoin(parts, "; ");
@@ -339,9 +341,11 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
       }
       if (!in.checked || !AnyNonFinite(in.counts)) continue;
       if (in.deliberate) {
-        // A mask's ±inf are known and meant: inf made of them is carried
-        // along; NaN made of them (a fully masked row) is this op's doing.
-        if (total.nan == 0) verdict = Verdict::kPropagated;
+        // A mask's ±inf are known and meant, as finite values are: an op
+        // that does not carry masks (not IsMasking above) and makes inf or
+        // NaN of them is this op's doing, the origin of real non-finite
+        // values: a loss over a masked position, a sum over masked
+        // entries, a softmax over a row masked entirely.
         continue;
       }
       if (in.produced_by_op) {

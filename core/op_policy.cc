@@ -78,6 +78,10 @@ bool PlacesScalar(absl::string_view op) {
       "aten::fill_",      "aten::fill",          "aten::full",         "aten::full_like",
       "aten::new_full",   "aten::scalar_tensor", "aten::masked_fill",  "aten::masked_fill_",
       "aten::index_fill", "aten::index_fill_",   "aten::where",
+      // logits.scatter(-1, banned, -inf); logits[..., banned] = -inf
+      // (index_put_ of a one-value tensor torch makes of the number).
+      "aten::scatter",    "aten::scatter_",      "aten::index_put",    "aten::index_put_",
+      "aten::_index_put_impl_",
       "aten::constant_pad_nd", "aten::pad",  // F.pad(x, ..., value=-inf)
       // How torch.tensor(float("-inf")) materialises a Python literal.
       "aten::detach_",    "aten::lift_fresh"};
@@ -97,7 +101,17 @@ bool CarriesMasks(absl::string_view op) {
       "aten::index_select", "aten::gather",    "aten::_log_softmax", "aten::log_softmax",
       "aten::_unsafe_view", "aten::flip",      "aten::roll",         "aten::constant_pad_nd",
       "aten::pad",        "aten::abs",         "aten::amax",         "aten::amin",
-      "aten::max",        "aten::min",         "aten::relu"};
+      "aten::max",        "aten::min",         "aten::relu",
+      // Placing a tensor's values, or picking some (top-k sampling, MoE
+      // routing over -inf masked logits).
+      "aten::masked_scatter", "aten::masked_scatter_", "aten::slice_scatter",
+      "aten::select_scatter", "aten::diagonal_scatter", "aten::index_copy",
+      "aten::index_copy_", "aten::masked_select", "aten::take_along_dim",
+      "aten::topk",       "aten::sort",        "aten::cummax",       "aten::cummin",
+      // An additive mask in a matmul (nn.MultiheadAttention's
+      // baddbmm(mask, q, k^T)), log-space sums of masked (log 0) terms.
+      "aten::baddbmm",    "aten::rsub",        "aten::logaddexp",    "aten::logsumexp",
+      "aten::logcumsumexp"};
   return PlacesScalar(op) || Named(kOps, op);
 }
 

@@ -54,9 +54,9 @@ bool FillsWithScalar(absl::string_view op);
 bool PlacesScalar(absl::string_view op);
 // Ops through which deliberate ±inf stay deliberate as long as no NaN
 // comes out: arithmetic with finite values, selection, layout changes,
-// max/min/abs, and log_softmax (whose masked entries stay -inf). Other ops
-// that make inf from a mask pass it on as non-finite values (propagated);
-// NaN made from a mask (a row masked entirely) is always an origin.
+// max/min/abs, and log_softmax (whose masked entries stay -inf). Any other
+// op that makes inf from a mask is an origin (a loss over a masked
+// position), as is any op that makes NaN of one (a row masked entirely).
 bool CarriesMasks(absl::string_view op);
 
 // Mask constants: finite stand-ins for -inf that masks are made of. The

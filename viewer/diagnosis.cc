@@ -235,6 +235,7 @@ Diagnosis Diagnose(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") return NonFiniteInput(s, f);
+    if (auto mask = MaskMadeNonFinite(s, f)) return *mask;
     if (auto math = InvalidMath(s, f)) return *math;
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }

@@ -72,6 +72,39 @@ std::string WhatCameOut(const FindingRow& f) {
 
 }  // namespace
 
+std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow& f) {
+  if (f.kind != "origin" || !FromMask(f)) return std::nullopt;
+  const Singularity* singular = SingularityOf(f);
+  if (singular != nullptr) return std::nullopt;  // its own explanation says more
+  Diagnosis d;
+  d.kind = "mask_made_nonfinite";
+  d.op = f.op;
+  d.title = absl::StrCat("A mask became real inf/NaN: ", f.op,
+                         f.phase == "forward" ? "" : " (" + f.phase + ")",
+                         " computed with -inf put there on purpose, at step ", f.step);
+  d.evidence.push_back(absl::StrCat(
+      "step ", f.step, ": ", f.op,
+      f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      " gave ", f.dtype, " outputs with ", WhatCameOut(f),
+      f.source.empty() ? "" : ", at " + f.source));
+  d.evidence.push_back(absl::StrCat(
+      "an input holds a mask's -inf, and ", f.op,
+      " is no op that keeps a mask a mask (selection, arithmetic with finite "
+      "values, log_softmax): it turned the mask into values the rest of the "
+      "step computes with (a loss over a masked position, a sum over masked "
+      "entries)"));
+  d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  d.fixes.push_back(
+      "keep masked positions out of this op: a loss's ignore_index (-100) for "
+      "targets that are masked, no label_smoothing over masked classes, "
+      "masked_fill(mask, 0) before a sum");
+  d.fixes.push_back(
+      "or mask with a large negative number (torch.finfo(dtype).min) instead "
+      "of -inf: finite, it cannot turn into inf or NaN");
+  (void)s;
+  return d;
+}
+
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));

@@ -15,4 +15,10 @@ namespace nanhunt {
 // recomputation is not finite either. Otherwise nullopt.
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f);
 
+// The `mask_made_nonfinite` diagnosis when the first origin `f` made real
+// inf/NaN of a mask's deliberate -inf (a loss over a masked position, a sum
+// over masked entries), but not a softmax over a row masked entirely, which
+// InvalidMath explains. Otherwise nullopt.
+std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow& f);
+
 }  // namespace nanhunt

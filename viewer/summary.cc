@@ -172,6 +172,10 @@ std::string FormatAbs(double v) {
   return absl::StrFormat("%.6g", v);
 }
 
+bool FromMask(const FindingRow& f) {
+  return absl::StrContains(f.inputs, "put there by a mask");
+}
+
 std::string TimesFp16Max(double v) {
   const double r = v / kFp16Max;
   return r < 100 ? absl::StrFormat("%.2fx", r) : absl::StrFormat("%.3gx", r);
@@ -462,8 +466,9 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     if (f.kind == "origin") {
       absl::StrAppend(&out, "  ", red, "origin", reset, "  ", bold, OpLabel(f),
                       reset, "  ", f.phase, "  step ", f.step, "\n");
-      absl::StrAppend(&out, "          finite inputs gave ", f.dtype,
-                      " outputs with");
+      absl::StrAppend(&out, FromMask(f) ? "          a mask's -inf (and finite inputs) gave "
+                                        : "          finite inputs gave ",
+                      f.dtype, " outputs with");
     } else {
       absl::StrAppend(&out, "  ", red, "input", reset, "   ", bold, OpLabel(f),
                       reset, "  ", f.phase, "  step ", f.step,

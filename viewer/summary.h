@@ -78,6 +78,10 @@ RunSummary Summarise(const std::vector<Trace>& traces);
 // A max |x| as the viewer prints it: "inf", "72442", "1.1e+07".
 std::string FormatAbs(double v);
 
+// Whether origin `f` made its inf/NaN of a mask's deliberate ±inf (core/
+// monitor.cc says so in the description of such an input).
+bool FromMask(const FindingRow& f);
+
 // `v` as a multiple of fp16's 65504: "2.00x", "5.19e+33x" (an fp32 mask
 // of torch.finfo(torch.float32).min, not 34 digits).
 std::string TimesFp16Max(double v);

@@ -145,10 +145,8 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
         in.counts = facts.counts;
         in.max_abs = MaxAbs(facts.format, facts.counts);
         // `scores * torch.finfo(dtype).min` wraps the number into a tensor.
-        const StorageState state = StorageStateOf(StorageKey(t));
         in.holds_masks = IsMaskConstantArg(call.name, c10::IValue(t)) ||
-                         state == StorageState::kMaskConstants ||
-                         state == StorageState::kDeliberate;
+                         HoldsMasksNow(t, limits);
       }
     }
     op->inputs.push_back(std::move(in));

@@ -557,6 +557,19 @@ bool OverwritesWhole(const OpTraits& traits, size_t i) {
 
 }  // namespace
 
+void ForgetWholeStorages(const std::vector<c10::IValue>& outputs) {
+  if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return;
+  for (const c10::IValue& v : outputs) {
+    ForEachTensor(v, [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage()) return;
+      const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+      if (t.storage_offset() == 0 && bytes == t.storage().nbytes()) {
+        RememberChecked(t, StorageState::kFinite);
+      }
+    });
+  }
+}
+
 void CarryNonFinite(const std::vector<c10::IValue>& inputs,
                     const std::vector<c10::IValue>& outputs, const OpTraits& traits) {
   if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return;
@@ -569,7 +582,10 @@ void CarryNonFinite(const std::vector<c10::IValue>& inputs,
       if (state != StorageState::kFinite) carried = state;
     });
   }
-  if (carried == StorageState::kFinite) return;
+  if (carried == StorageState::kFinite) {
+    ForgetWholeStorages(outputs);
+    return;
+  }
   for (const c10::IValue& v : outputs) {
     ForEachTensor(v, [&](const at::Tensor& t) {
       if (t.defined()) RememberChecked(t, carried);
@@ -649,17 +665,32 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
   return result;
 }
 
+bool HoldsMasksNow(const at::Tensor& t, const CheckLimits& limits) {
+  // A one-value host tensor is judged by its value (IsMaskConstantArg):
+  // a Python number torch wrapped is often at a freed tensor's address.
+  if (!t.defined() || (t.numel() == 1 && t.device().is_cpu())) return false;
+  const StorageState state = StorageStateOf(StorageKey(t));
+  if (state != StorageState::kMaskConstants && state != StorageState::kDeliberate) {
+    return false;
+  }
+  // Memory is known by its address, which outlives the tensor: a freed
+  // mask's address reused by a tensor no checked op wrote (an array from
+  // numpy) must not pass for a mask. What is there now must still look
+  // like one: mask constants are at fp16's limit or past it.
+  TensorFacts facts;
+  if (!CheckTensor(t, limits, facts)) return false;
+  return state == StorageState::kMaskConstants
+             ? MaxAbs(facts.format, facts.counts) >= kFp16Max
+             : AnyNonFinite(facts.counts) && facts.counts.nan == 0;
+}
+
 bool TorchOpContext::InputsHoldMasks(absl::string_view op) {
   for (size_t i = 0; i < inputs_.size(); ++i) {
     if (OverwritesWhole(traits_, i)) continue;  // its old values are no input
     const c10::IValue& v = inputs_[i];
     if (IsMaskConstantArg(op, v)) return true;
     bool held = false;
-    ForEachTensor(v, [&](const at::Tensor& t) {
-      if (held || !t.defined()) return;
-      const StorageState state = StorageStateOf(StorageKey(t));
-      held = state == StorageState::kMaskConstants || state == StorageState::kDeliberate;
-    });
+    ForEachTensor(v, [&](const at::Tensor& t) { held = held || HoldsMasksNow(t, limits_); });
     if (held) return true;
   }
   return false;

@@ -130,6 +130,14 @@ bool IsMaskConstantArg(absl::string_view op, const c10::IValue& v);
 // A Python float or Scalar argument of `op` is one (a fill's, which is not
 // checked otherwise).
 bool HasMaskConstantScalar(absl::string_view op, const std::vector<c10::IValue>& inputs);
+// Whether host tensor `t` holds masks: its memory is known to (the
+// registry says mask constants or deliberate ±inf), and its values still
+// look so (near the limit, or ±inf) rather than a reused address's.
+bool HoldsMasksNow(const at::Tensor& t, const CheckLimits& limits);
+// Forgets what the registry knew of the memory of `outputs` that cover
+// their storage whole, written by an op left unchecked (a fill, a copy of
+// finite values): a fresh tensor at a freed mask's address is no mask.
+void ForgetWholeStorages(const std::vector<c10::IValue>& outputs);
 
 // Checks every tensor among `outputs` of `owner`; appends facts and the
 // tensors.

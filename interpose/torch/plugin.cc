@@ -516,6 +516,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   }
   if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs) &&
       !HasMaskConstantScalar(frame.name, frame.inputs)) {
+    ForgetWholeStorages(fn.outputs());
     return;
   }
   if (CopiedFromGpuLater(frame.inputs, traits)) {

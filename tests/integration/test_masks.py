@@ -138,3 +138,39 @@ def test_a_real_overflow_next_to_finfo_min_masks_is_still_found(out):
     first = view_json(out)["first_origin"]
     assert (first["op"], first["top_op"], first["step"]) == ("aten::bmm", "aten::matmul", 2), first
     assert "warning: aten::mul (forward) reached" in r.stderr, r.stderr
+
+
+VOCABULARY = SCRIPTS / "vocabulary_masks.py"
+
+
+def test_masks_by_index_scatter_and_routing_are_healthy(out):
+    # logits[..., banned] = -inf, logits.scatter(-1, banned, -inf),
+    # logits[rows, cols] = -inf, a boolean index, nn.MultiheadAttention's
+    # key_padding_mask, top-k routing over full_like(-inf): masks, each.
+    # scatter was "non-finite data", baddbmm's carried mask a non-finite step.
+    r = preload_run([PYTHON, VOCABULARY], out)
+    assert r.returncode == 0, r.stderr
+    assert "first non-finite" not in r.stderr, r.stderr
+    j = view_json(out)
+    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
+    assert j["first_origin"] is None and j["nonfinite_steps"] == []
+    for op in ("aten::scatter", "aten::index_put_", "aten::index_fill_", "aten::baddbmm"):
+        assert op in j["mask_ops"], j["mask_ops"]
+
+
+def test_a_loss_over_a_masked_position_is_the_origin_of_its_inf(out):
+    # A target that is a banned token: the loss is +inf. The op that made
+    # the mask into real inf is named, and the diagnosis says it was a mask
+    # (it was "healthy", with every step marked non-finite).
+    r = preload_run([PYTHON, VOCABULARY], out, MASKED_TARGET="2")
+    assert r.returncode == 0, r.stderr
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["top_op"], first["step"]) == (
+        "aten::nll_loss_forward", "aten::cross_entropy_loss", 2), first
+    assert first["source"].endswith("vocabulary_masks.py:44 in <module>"), first["source"]
+    d = j["diagnosis"]
+    assert d["kind"] == "mask_made_nonfinite", d
+    assert "ignore_index" in " ".join(d["fixes"])
+    assert j["nonfinite_steps"] == [2]
+    assert "a mask's -inf (and finite inputs) gave" in run([NANHUNT, "view", out]).stdout

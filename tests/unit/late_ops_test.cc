@@ -202,11 +202,12 @@ TEST_F(LateOpsTest, MasksAreCarriedWithoutAFindingUntilTheyMakeNaN) {
   EXPECT_EQ(monitor_.first_origin()->op, "aten::_softmax");
 }
 
-TEST_F(LateOpsTest, InfAnOpThatDoesNotCarryMasksMakesFromOneIsPassedOnAsNonFinite) {
+TEST_F(LateOpsTest, InfAnOpThatDoesNotCarryMasksMakesFromOneIsAnOrigin) {
   states_[&g_storage[0]] = StorageState::kDeliberate;
   EXPECT_EQ(late_.OnResult(Op(2, "aten::nll_loss_forward", 1, 0), 0, Counts(1)),
-            Verdict::kPropagated);
+            Verdict::kOrigin);
   EXPECT_EQ(states_[&g_storage[1]], StorageState::kNonFinite);
+  EXPECT_NE(monitor_.first_origin()->inputs.find("put there by a mask"), std::string::npos);
 }
 
 TEST_F(LateOpsTest, MaskConstantsAreKnownByTheirMemoryAndMakeMinusInfAMask) {

@@ -141,7 +141,7 @@ TEST_F(MonitorTest, AMaskFilledWithMinusInfIsNoFinding) {
   EXPECT_EQ(monitor_.findings(), 0);
 }
 
-TEST_F(MonitorTest, AMaskThatMakesNaNIsAnOriginAndInfFromOneIsCarried) {
+TEST_F(MonitorTest, AMaskThatMakesNaNOrInfOutsideOpsThatCarryMasksIsAnOrigin) {
   InputFacts mask = Input(false, false);
   mask.counts.neginf = 8;
   mask.deliberate = true;
@@ -150,11 +150,16 @@ TEST_F(MonitorTest, AMaskThatMakesNaNIsAnOriginAndInfFromOneIsCarried) {
   TensorFacts nan = Fp16(0);
   nan.counts.nan = 8;  // a row with every position masked
   EXPECT_EQ(Op("aten::_softmax", nan, softmax), Verdict::kOrigin);
-  // An op that does not carry masks passes a mask's inf on, as propagated
-  // non-finite values (a loss over a masked position): no second origin.
+  // An op that does not carry masks and makes inf of one is an origin
+  // too: a loss over a masked position is real inf, the loss the user
+  // sees. Its finding says its input was a mask (the viewer reads it).
   FakeContext loss;
   loss.inputs = {mask};
-  EXPECT_EQ(Op("aten::nll_loss_forward", Fp16(1), loss), Verdict::kPropagated);
+  EXPECT_EQ(Op("aten::nll_loss_forward", Fp16(1), loss), Verdict::kOrigin);
+  ASSERT_TRUE(monitor_.last_origin().has_value());
+  EXPECT_EQ(monitor_.last_origin()->op, "aten::nll_loss_forward");
+  EXPECT_NE(monitor_.last_origin()->inputs.find("put there by a mask"), std::string::npos)
+      << monitor_.last_origin()->inputs;
 }
 
 TEST_F(MonitorTest, AOneValueMinusInfTensorGivenToWhereIsAMask) {
