@@ -286,7 +286,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context) {
   if (total.nan != 0 || !CarriesMasks(e.op)) return false;
-  bool any_deliberate = false, any_assumed = false;
+  bool any_deliberate = false, any_assumed = false, deliberate_posinf = false;
   for (InputFacts& in : inputs) {
     any_assumed |= in.assumed_finite;
     if (!in.checked || !AnyNonFinite(in.counts)) continue;
@@ -304,7 +304,11 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
     if (one_value && in.counts.nan == 0 && PlacesScalar(e.op)) in.deliberate = true;
     if (!in.deliberate || in.counts.nan != 0) return false;
     any_deliberate = true;
+    deliberate_posinf |= in.counts.posinf != 0;
   }
+  // A product beside an additive -inf mask (baddbmm(mask, q, k^T)): its
+  // +inf is the product overflowing, not the mask.
+  if (total.posinf != 0 && !deliberate_posinf && OverflowsBesideMasks(e.op)) return false;
   // On a GPU the inputs were not read: ±inf from inputs no check saw is
   // presumed a mask carried along while others go unchecked.
   if (any_deliberate || (e.others_unchecked && any_assumed)) return true;

@@ -115,6 +115,11 @@ bool CarriesMasks(absl::string_view op) {
   return PlacesScalar(op) || Named(kOps, op);
 }
 
+bool OverflowsBesideMasks(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {"aten::baddbmm"};
+  return Named(kOps, op);
+}
+
 bool IsMaskConstant(absl::string_view op, double value) {
   // Exact: each is what torch.finfo gives as a Python float.
   static constexpr double kLargest[] = {

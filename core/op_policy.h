@@ -58,6 +58,10 @@ bool PlacesScalar(absl::string_view op);
 // op that makes inf from a mask is an origin (a loss over a masked
 // position), as is any op that makes NaN of one (a row masked entirely).
 bool CarriesMasks(absl::string_view op);
+// Ops among those that add a mask to what they compute (baddbmm: mask +
+// q @ k^T): +inf from them, when the masks they were given hold none, is
+// the computation overflowing.
+bool OverflowsBesideMasks(absl::string_view op);
 
 // Mask constants: finite stand-ins for -inf that masks are made of. The
 // largest finite value of a float format, torch.finfo(dtype).min or .max

@@ -235,8 +235,13 @@ Diagnosis Diagnose(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") return NonFiniteInput(s, f);
-    if (auto mask = MaskMadeNonFinite(s, f)) return *mask;
-    if (auto math = InvalidMath(s, f)) return *math;
+    // A matmul beside a mask (baddbmm) that made +inf overflowed: its
+    // fp32 recomputation is not finite either, for the mask's -inf.
+    const bool overflowed_beside_mask = FromMask(f) && IsMatmul(f.op) && f.posinf > 0;
+    if (!overflowed_beside_mask) {
+      if (auto mask = MaskMadeNonFinite(s, f)) return *mask;
+      if (auto math = InvalidMath(s, f)) return *math;
+    }
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }
   if (!s.first_origin && s.first_received) {

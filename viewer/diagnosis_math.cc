@@ -70,6 +70,22 @@ std::string WhatCameOut(const FindingRow& f) {
   return absl::StrCat(out, " of ", f.elements);
 }
 
+// "step 3: aten::bmm in aten::matmul gave float16 outputs with +inf=2 of
+// 64, at model.py:12 in forward".
+std::string WhatItGave(const FindingRow& f) {
+  return absl::StrCat(
+      "step ", f.step, ": ", f.op,
+      f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
+      " gave ", f.dtype, " outputs with ", WhatCameOut(f),
+      f.source.empty() ? "" : ", at " + f.source);
+}
+
+// " (backward)" after an op's name, nothing for the forward.
+std::string PhaseNote(const FindingRow& f) {
+  return f.phase == "forward" ? "" : " (" + f.phase + ")";
+}
+
 }  // namespace
 
 std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow& f) {
@@ -79,14 +95,9 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
   Diagnosis d;
   d.kind = "mask_made_nonfinite";
   d.op = f.op;
-  d.title = absl::StrCat("A mask became real inf/NaN: ", f.op,
-                         f.phase == "forward" ? "" : " (" + f.phase + ")",
+  d.title = absl::StrCat("A mask became real inf/NaN: ", f.op, PhaseNote(f),
                          " computed with -inf put there on purpose, at step ", f.step);
-  d.evidence.push_back(absl::StrCat(
-      "step ", f.step, ": ", f.op,
-      f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
-      " gave ", f.dtype, " outputs with ", WhatCameOut(f),
-      f.source.empty() ? "" : ", at " + f.source));
+  d.evidence.push_back(WhatItGave(f));
   d.evidence.push_back(absl::StrCat(
       "an input holds a mask's -inf, and ", f.op,
       " is no op that keeps a mask a mask (selection, arithmetic with finite "
@@ -113,15 +124,9 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   Diagnosis d;
   d.kind = "invalid_math";
   d.op = f.op;
-  d.title = absl::StrCat("Not an fp16 overflow: ", f.op,
-                         f.phase == "forward" ? "" : " (" + f.phase + ")",
+  d.title = absl::StrCat("Not an fp16 overflow: ", f.op, PhaseNote(f),
                          " made inf/NaN from finite inputs at step ", f.step);
-  d.evidence.push_back(absl::StrCat(
-      "step ", f.step, ": ", f.op,
-      f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
-      f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
-      " gave ", f.dtype, " outputs with ", WhatCameOut(f),
-      f.source.empty() ? "" : ", at " + f.source));
+  d.evidence.push_back(WhatItGave(f));
   d.evidence.push_back(
       HasFp32Range(f.dtype)
           ? absl::StrCat("the outputs are ", f.dtype,

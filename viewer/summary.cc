@@ -486,7 +486,8 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
           FormatAbs(*f.fp32_max_abs),
           " (", TimesFp16Max(*f.fp32_max_abs), " fp16's max 65504)\n");
     } else if (f.fp32_max_abs) {
-      absl::StrAppend(&out, "          recomputed in fp32 the outputs are not finite either\n");
+      absl::StrAppend(&out, "          recomputed in fp32 the outputs are not finite either",
+                      FromMask(f) ? " (a mask's -inf stays -inf)\n" : "\n");
     }
     if (!f.forward_op.empty()) {
       absl::StrAppend(&out, "          backward of forward op ", f.forward_op,

@@ -9,16 +9,22 @@ from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, preload_sc
 SCRIPT = SCRIPTS / "masked_attention.py"
 
 
-def test_minus_inf_masks_in_attention_are_healthy(out):
-    r = preload_run([PYTHON, SCRIPT], out)
+def run_healthy(script, out, mask_ops):
+    """Runs `script` under the preload: no finding, every step finite, each
+    of `mask_ops` listed as a mask. Returns the view's JSON."""
+    r = preload_run([PYTHON, script], out)
     assert r.returncode == 0, r.stderr
     assert "first non-finite" not in r.stderr, r.stderr
     j = view_json(out)
     assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
-    for op in ("aten::masked_fill", "aten::where", "aten::full"):
+    assert j["first_origin"] is None and j["nonfinite_steps"] == []
+    for op in mask_ops:
         assert op in j["mask_ops"], j["mask_ops"]
-    assert j["first_origin"] is None
-    assert j["nonfinite_steps"] == []
+    return j
+
+
+def test_minus_inf_masks_in_attention_are_healthy(out):
+    j = run_healthy(SCRIPT, out, ("aten::masked_fill", "aten::where", "aten::full"))
     assert findings(out) == [] or all(f["kind"] in ("near_max", "underflow")
                                       for f in findings(out))
     masked = [o for o in j["ops"] if o["mask"]]
@@ -148,14 +154,8 @@ def test_masks_by_index_scatter_and_routing_are_healthy(out):
     # logits[rows, cols] = -inf, a boolean index, nn.MultiheadAttention's
     # key_padding_mask, top-k routing over full_like(-inf): masks, each.
     # scatter was "non-finite data", baddbmm's carried mask a non-finite step.
-    r = preload_run([PYTHON, VOCABULARY], out)
-    assert r.returncode == 0, r.stderr
-    assert "first non-finite" not in r.stderr, r.stderr
-    j = view_json(out)
-    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
-    assert j["first_origin"] is None and j["nonfinite_steps"] == []
-    for op in ("aten::scatter", "aten::index_put_", "aten::index_fill_", "aten::baddbmm"):
-        assert op in j["mask_ops"], j["mask_ops"]
+    run_healthy(VOCABULARY, out,
+                ("aten::scatter", "aten::index_put_", "aten::index_fill_", "aten::baddbmm"))
 
 
 def test_a_loss_over_a_masked_position_is_the_origin_of_its_inf(out):
@@ -174,3 +174,25 @@ def test_a_loss_over_a_masked_position_is_the_origin_of_its_inf(out):
     assert "ignore_index" in " ".join(d["fixes"])
     assert j["nonfinite_steps"] == [2]
     assert "a mask's -inf (and finite inputs) gave" in run([NANHUNT, "view", out]).stdout
+
+
+def test_attention_that_overflows_beside_a_padding_mask_is_an_overflow(out, tmp_path):
+    # nn.MultiheadAttention adds its key_padding_mask's -inf in baddbmm:
+    # -inf out of it is the mask, +inf the scores overflowing fp16 at step
+    # 1. An origin there, diagnosed as the overflow it is.
+    preload_script(
+        tmp_path / "mha_overflow.py",
+        "import torch, torch.nn as nn\n"
+        "torch.manual_seed(0)\n"
+        "mha = nn.MultiheadAttention(16, 2, batch_first=True)\n"
+        "for step in range(3):\n"
+        "    x = torch.randn(2, 8, 16) * (400.0 if step == 1 else 1.0)\n"
+        "    padded = torch.zeros(2, 8, dtype=torch.bool)\n"
+        "    padded[0, -2:] = True\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        a, _ = mha(x, x, x, key_padding_mask=padded)\n"
+        "    a.float().sum().backward()\n", out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["step"]) == ("aten::baddbmm", 1), first
+    assert j["diagnosis"]["kind"] == "forward_overflow", j["diagnosis"]

@@ -162,6 +162,27 @@ TEST_F(MonitorTest, AMaskThatMakesNaNOrInfOutsideOpsThatCarryMasksIsAnOrigin) {
       << monitor_.last_origin()->inputs;
 }
 
+TEST_F(MonitorTest, PlusInfFromAProductBesideAMinusInfMaskIsAnOverflow) {
+  // nn.MultiheadAttention's baddbmm(key_padding_mask, q, k^T): -inf out
+  // of it is the mask carried; +inf is q @ k^T overflowing fp16.
+  InputFacts mask = Input(false, false);
+  mask.counts.neginf = 8;
+  mask.deliberate = true;
+  FakeContext ctx;
+  ctx.inputs = {mask, Input(false, false), Input(false, false)};
+  TensorFacts carried = Fp16(0);
+  carried.counts.neginf = 8;
+  carried.counts.max_abs_bits = 0x7C00;
+  EXPECT_EQ(Op("aten::baddbmm", carried, ctx), Verdict::kMasked);
+  TensorFacts overflowed = carried;
+  overflowed.counts.posinf = 2;
+  EXPECT_EQ(Op("aten::baddbmm", overflowed, ctx), Verdict::kOrigin);
+  // Ops that do not compute beside the mask carry it as before.
+  FakeContext add;
+  add.inputs = {mask, Input(false, false)};
+  EXPECT_EQ(Op("aten::add", carried, add), Verdict::kMasked);
+}
+
 TEST_F(MonitorTest, AOneValueMinusInfTensorGivenToWhereIsAMask) {
   // torch.where(mask, att, torch.tensor(float("-inf"))): made by no op.
   InputFacts minus_inf = MinusInfScalar();
