@@ -59,11 +59,7 @@ class LateContext final : public OpContext {
   bool InputsHoldMasks(absl::string_view) override {
     for (const LateInput& in : op_.inputs) {
       if (in.holds_masks) return true;
-      if (in.storage == nullptr) continue;
-      const StorageState state = state_of_(in.storage);
-      if (state == StorageState::kMaskConstants || state == StorageState::kDeliberate) {
-        return true;
-      }
+      if (in.storage != nullptr && HoldsMasks(state_of_(in.storage))) return true;
     }
     return false;
   }

@@ -77,6 +77,11 @@ struct InputFacts {
 // core/op_policy.h: torch.finfo(dtype).min), large on purpose.
 enum class StorageState { kFinite, kNonFinite, kDeliberate, kMaskConstants };
 
+// Memory in `state` holds masks: mask constants or deliberate ±inf.
+inline bool HoldsMasks(StorageState state) {
+  return state == StorageState::kMaskConstants || state == StorageState::kDeliberate;
+}
+
 // What the monitor may ask about an op whose outputs were not finite (or
 // came near the limit). Called at most once per method per op, only when
 // needed, on the op's thread while the op's tensors are alive.

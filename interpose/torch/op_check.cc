@@ -670,9 +670,7 @@ bool HoldsMasksNow(const at::Tensor& t, const CheckLimits& limits) {
   // a Python number torch wrapped is often at a freed tensor's address.
   if (!t.defined() || (t.numel() == 1 && t.device().is_cpu())) return false;
   const StorageState state = StorageStateOf(StorageKey(t));
-  if (state != StorageState::kMaskConstants && state != StorageState::kDeliberate) {
-    return false;
-  }
+  if (!HoldsMasks(state)) return false;
   // Memory is known by its address, which outlives the tensor: a freed
   // mask's address reused by a tensor no checked op wrote (an array from
   // numpy) must not pass for a mask. What is there now must still look
