@@ -167,7 +167,7 @@ StorageState StorageStateAfter(Verdict verdict, bool nonfinite) {
                                             : StorageState::kFinite;
 }
 
-Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
+Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* deferral) {
   std::vector<TensorFacts> without_magnitudes;
   // Near the limit in an op that places or carries masks, given masks (a
   // mask constant, or memory holding masks): the values are mask constants
@@ -201,33 +201,18 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
     step_trained_ |= e.takes_grad_input || e.phase == Phase::kBackward;
     // Results of a step before this one's: the GPU is done with it.
     if (e.late_step >= 0) WriteLateStepsLocked(e.late_step);
-    LateStep* late = LateStepOf(e);
-    OpState& state = ops_[e.op];
-    StepStats& step_stats = late != nullptr ? late->ops[e.op] : state;
-    const int p = static_cast<int>(e.phase);
-    for (const auto& t : e.outputs) {
-      const int f = static_cast<int>(t.format);
-      Stats& s = step_stats.stats[p][f];
-      step_stats.touched[p][f] = true;
-      s.calls += 1;
-      MergeCounts(s.counts, t.counts);
-    }
-    if (late != nullptr) {
-      ++late->ops_count;
-      if (nonfinite) ++late->nonfinite_ops;
-      if (std::isfinite(max_abs)) late->max_abs = std::max(late->max_abs, max_abs);
-    } else {
-      ++call_index_;
-      if (nonfinite) ++step_nonfinite_ops_;
-    }
-    if (nonfinite && e.phase == Phase::kBackward &&
-        step_bad_backward_op_.empty()) {
-      // The op the autograd node called (mul), not a helper inside it (the
-      // copy_ that made its scalar operand).
+    // A non-finite op is counted once judged: a mask is no non-finite op,
+    // a deferred one is counted, or not, when its enclosing op ends.
+    if (!nonfinite) CountOpLocked(e, /*nonfinite=*/false);
+    if (nonfinite && e.phase == Phase::kBackward && step_bad_backward_op_.empty()) {
+      // Where non-finite gradients were first made, whatever the verdict:
+      // a gradient is never a mask. The op the autograd node called (mul),
+      // not a helper inside it (the copy_ that made its scalar operand).
       step_bad_backward_op_ = std::string(e.top_op.empty() ? e.op : e.top_op);
       step_bad_forward_op_ = std::string(e.forward_op);
     }
-    if (late == nullptr && std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
+    OpState& state = ops_[e.op];
+    const int p = static_cast<int>(e.phase);
     if (!nonfinite && total.near_max > 0) {
       const double last = state.near_reported[p];
       want_headroom = last == 0 || max_abs >= last * kHeadroomGrowth;
@@ -241,7 +226,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
       state.underflow_reported[p] = true;
     }
   }
-  if (nonfinite) return ClassifyNonFinite(e, total, format, context);
+  if (nonfinite) return ClassifyNonFinite(e, total, format, context, deferral);
   if (want_headroom || want_underflow) {
     FindingRow row;
     {
@@ -270,6 +255,52 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context) {
     if (want_headroom) return Verdict::kWarned;
   }
   return mask_constants ? Verdict::kMaskConstants : Verdict::kClean;
+}
+
+void Monitor::CountOpLocked(const OpEvent& e, bool nonfinite) {
+  LateStep* late = LateStepOf(e);
+  StepStats& step_stats = late != nullptr ? late->ops[e.op] : ops_[e.op];
+  const int p = static_cast<int>(e.phase);
+  for (const auto& t : e.outputs) {
+    const int f = static_cast<int>(t.format);
+    Stats& s = step_stats.stats[p][f];
+    step_stats.touched[p][f] = true;
+    s.calls += 1;
+    MergeCounts(s.counts, t.counts);
+  }
+  const double max_abs = TotalMaxAbs(e.outputs);
+  if (late != nullptr) {
+    ++late->ops_count;
+    if (nonfinite) ++late->nonfinite_ops;
+    if (std::isfinite(max_abs)) late->max_abs = std::max(late->max_abs, max_abs);
+    return;
+  }
+  ++call_index_;
+  if (nonfinite) ++step_nonfinite_ops_;
+  if (std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
+}
+
+void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
+  // Garbage overwritten (a buffer's old bytes) is no value the op computed:
+  // neither a finding nor statistics.
+  if (settled == Settled::kOverwritten) return;
+  OpEvent e;
+  e.op = d.op;
+  e.top_op = d.top_op;
+  e.forward_op = d.forward_op;
+  e.phase = d.phase;
+  e.thread = d.thread;
+  e.outputs = d.outputs;
+  absl::MutexLock lock(&mu_);
+  CountOpLocked(e, /*nonfinite=*/settled == Settled::kStands);
+  if (settled == Settled::kMask) {
+    mask_ops_.insert(d.op);
+    return;
+  }
+  if (step_findings_ >= config_.max_findings_per_step) return;  // as propagation is
+  FindingRow row = d.row;
+  row.call_index = call_index_;
+  Emit(std::move(row));
 }
 
 Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
@@ -320,8 +351,11 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
 }
 
 Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
-                                   Format format, OpContext& context) {
+                                   Format format, OpContext& context,
+                                   std::optional<Deferral>* deferral) {
   Verdict verdict = Verdict::kOrigin;
+  // Only the enclosing op can tell what these values are.
+  bool for_enclosing_op = false;
   std::vector<InputFacts> inputs;
   if (e.contains_finding) {
     verdict = Verdict::kPropagated;
@@ -329,18 +363,14 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     inputs = context.Inputs();
     if (IsMasking(e, total, inputs, context)) {
       absl::MutexLock lock(&mu_);
-      // A mask is not a non-finite step.
-      if (LateStep* late = LateStepOf(e); late != nullptr) {
-        --late->nonfinite_ops;
-      } else {
-        --step_nonfinite_ops_;
-      }
+      CountOpLocked(e, /*nonfinite=*/false);  // a mask is not a non-finite step
       mask_ops_.insert(std::string(e.op));
       return Verdict::kMasked;
     }
     for (const auto& in : inputs) {
       if (in.unknown_before && !e.top_op.empty()) {
-        verdict = Verdict::kPropagated;  // deferred to the enclosing op
+        verdict = Verdict::kPropagated;
+        for_enclosing_op = true;
         break;
       }
       if (!in.checked || !AnyNonFinite(in.counts)) continue;
@@ -364,6 +394,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   // fill_, say) comes from the enclosing op: let that op be judged.
   if (verdict == Verdict::kInput && !e.top_op.empty()) {
     verdict = Verdict::kPropagated;
+    for_enclosing_op = true;
   }
   // While others go unchecked, a non-finite input no check saw made may
   // come from an op as well as from the data: not called data.
@@ -373,8 +404,25 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   const char* kind = verdict == Verdict::kOrigin  ? "origin"
                      : verdict == Verdict::kInput ? "input"
                                                   : "propagated";
+  if (for_enclosing_op && deferral != nullptr) {
+    Deferral& d = deferral->emplace();
+    d.op = std::string(e.op);
+    d.top_op = std::string(e.top_op);
+    d.forward_op = std::string(e.forward_op);
+    d.phase = e.phase;
+    d.thread = e.thread;
+    d.outputs.assign(e.outputs.begin(), e.outputs.end());
+    {
+      absl::MutexLock lock(&mu_);
+      d.row = MakeFinding(kind, e, total, format);
+    }
+    d.row.outputs = Describe(e.outputs);
+    d.row.inputs = Describe(inputs);
+    return Verdict::kDeferred;
+  }
   {
     absl::MutexLock lock(&mu_);
+    CountOpLocked(e, /*nonfinite=*/true);
     // Under torch.distributed, non-finite values that no op of this process
     // made, in memory a collective wrote, came from another rank (a
     // gradient all-reduce spreads one rank's NaN to every rank).

@@ -143,7 +143,31 @@ struct OpEvent {
 // are deliberate in turn).
 // kMaskConstants: finite, and its large values are mask constants it
 // placed or carried (no warning; its outputs hold mask constants in turn).
-enum class Verdict { kClean, kWarned, kOrigin, kInput, kPropagated, kMasked, kMaskConstants };
+// kDeferred: a nested op's non-finite outputs that only the op around it
+// can explain (see Deferral); nothing recorded yet.
+enum class Verdict {
+  kClean, kWarned, kOrigin, kInput, kPropagated, kMasked, kMaskConstants, kDeferred
+};
+
+// A nested op whose non-finite outputs its own inputs cannot explain: an
+// input it overwrote was not checked before (CPU baddbmm's addmm_ into a
+// copy of the additive mask), or non-finite values no op made (CPU fp16
+// mean casts its result buffer, uninitialised, to fp32 before summing into
+// it). Recorded when the enclosing op ends (Monitor::SettleDeferral), by
+// what became of them: a mask the enclosing op carried, garbage it
+// overwrote, or non-finite values that stand.
+struct Deferral {
+  std::string op, top_op, forward_op;
+  Phase phase = Phase::kForward;
+  uint64_t thread = 0;
+  std::vector<TensorFacts> outputs;
+  FindingRow row;  // the "propagated" finding it is if it stands
+};
+enum class Settled {
+  kStands,       // still non-finite, the enclosing op no mask: propagated
+  kMask,         // the enclosing op's verdict was kMasked: a mask carried
+  kOverwritten,  // finite by the enclosing op's end: garbage, not data
+};
 
 // What the registry remembers of an output of an op judged `verdict`, by
 // whether that output held non-finite values.
@@ -152,7 +176,8 @@ StorageState StorageStateAfter(Verdict verdict, bool nonfinite);
 // Verdicts that are no news: nothing to escalate, warn about or name
 // kernels for.
 inline bool IsQuiet(Verdict v) {
-  return v == Verdict::kClean || v == Verdict::kMasked || v == Verdict::kMaskConstants;
+  return v == Verdict::kClean || v == Verdict::kMasked || v == Verdict::kMaskConstants ||
+         v == Verdict::kDeferred;
 }
 
 class Monitor {
@@ -165,8 +190,14 @@ class Monitor {
   const CheckLimits& limits() const { return limits_; }
 
   // Records one op. Returns what its outputs were. The event's phase may be
-  // refined (see StepTracker): findings carry the refined one.
-  Verdict OnOp(OpEvent event, OpContext& context);
+  // refined (see StepTracker): findings carry the refined one. With
+  // `deferral` given, a nested op that only its enclosing op can explain is
+  // kDeferred, written there, and recorded by SettleDeferral when the
+  // enclosing op ends; without (GPU results, judged in enqueue order after
+  // the enclosing op is gone), it is kPropagated.
+  Verdict OnOp(OpEvent event, OpContext& context, std::optional<Deferral>* deferral = nullptr);
+  // Records a deferred op as it turned out.
+  void SettleDeferral(const Deferral& deferral, Settled settled);
 
   // An op whose outputs go to the GPU check (classified later through
   // core/late_ops.h) ran now: moves the step tracker as OnOp would, and
@@ -270,6 +301,9 @@ class Monitor {
   // pass without any op checked, and is still a step).
   void WriteStepLocked(int64_t step, double now, bool ended = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `e`'s outputs to its op's statistics and to the step's totals
+  // (counted an op with non-finite outputs when `nonfinite`).
+  void CountOpLocked(const OpEvent& e, bool nonfinite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FindingRow MakeFinding(const char* kind, const OpEvent& e,
                          const CheckCounts& total, Format format) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -281,8 +315,8 @@ class Monitor {
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context);
   Verdict ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
-                            Format format, OpContext& context)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                            Format format, OpContext& context,
+                            std::optional<Deferral>* deferral) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Config config_;
   const CheckLimits limits_;

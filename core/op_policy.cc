@@ -29,6 +29,8 @@ bool OutputsAreUninitialised(absl::string_view op) {
   return false;
 }
 
+bool CastsResultBufferFirst(absl::string_view op) { return op == "aten::mean"; }
+
 bool PassesInputThrough(absl::string_view op) {
   for (absl::string_view name :
        {"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias",

@@ -17,6 +17,13 @@ bool OutputsAreUninitialised(absl::string_view op);
 // would count the producing op's values twice.
 bool PassesInputThrough(absl::string_view op);
 
+// Ops whose first nested op, on the CPU, casts their result buffer before
+// anything has written it: fp16 and bf16 mean sums in fp32
+// (ReduceOps.cpp's mean_out: `result.to(kFloat)`, then sum_out into that),
+// so the cast reads garbage as an empty tensor's, and its values (up to
+// 3e38, NaN) are no finding. The op's own output is checked at its end.
+bool CastsResultBufferFirst(absl::string_view op);
+
 // Ops whose outputs hold exactly values of their inputs (copies, casts to
 // the same dtype, concatenation, gathers): when no dtype changes, they cannot
 // make a non-finite or larger value, and the producer of those values was

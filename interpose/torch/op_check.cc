@@ -300,6 +300,8 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
   traits.returns_nested_write = ReturnsNestedWrite(fn.name());
+  traits.casts_result_buffer_first = CastsResultBufferFirst(fn.name());
+  traits.casts = strcmp(fn.name(), "aten::to") == 0 || strcmp(fn.name(), "aten::_to_copy") == 0;
   traits.writes_whole_tensor = WritesWholeTensor(fn.name());
   traits.overwrites_written = traits.fills_with_scalar || traits.writes_whole_tensor;
   traits.scaler_update = strcmp(fn.name(), kScalerUpdate) == 0;
@@ -316,9 +318,13 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
         absl::StartsWith(fn.name(), "aten::_foreach_");
     const c10::FunctionSchema& schema = traits.handle->schema();
     const auto& args = schema.arguments();
+    // as_strided_, squeeze_, transpose_...: they change a tensor's sizes,
+    // not its values, so they are views (max and median squeeze_ their
+    // result buffer before writing it: checking that read garbage).
+    const bool changes_only_metadata = traits.handle->hasTag(at::Tag::inplace_view);
     for (size_t i = 0; i < args.size(); ++i) {
       const auto& arg = args[i];
-      if (arg.alias_info() && arg.alias_info()->isWrite()) {
+      if (arg.alias_info() && arg.alias_info()->isWrite() && !changes_only_metadata) {
         traits.writes = true;
         (arg.is_out() ? traits.out_args : traits.written_args)
             .push_back(static_cast<int>(i));

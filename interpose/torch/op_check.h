@@ -29,6 +29,8 @@ struct OpTraits {
   bool copies_values = false;  // outputs are input values (core/op_policy)
   bool fills_with_scalar = false;  // zeros, ones, fill_, full
   bool returns_nested_write = false;  // _to_copy, clone, zeros... (core/op_policy)
+  bool casts_result_buffer_first = false;  // mean (core/op_policy)
+  bool casts = false;                      // to, _to_copy
   bool writes_whole_tensor = false;   // copy_, fill_...: judged by such an op inside one
   // What it writes holds none of its past (copy_, fill_, zero_): the old
   // values of its written arguments are no input.

@@ -62,6 +62,20 @@ struct Frame {
   const char* forward_op = nullptr;  // backward nodes
   bool contains_finding = false;
   bool contains_warning = false;  // a nested op already warned (near-max)
+  bool judged = false;  // the monitor judged this op's outputs
+  bool has_nested = false;  // an op ran inside it
+  // It casts memory its enclosing op allocated and has not written yet
+  // (CastsResultBufferFirst in core/op_policy.h), or runs inside such a
+  // cast: garbage, like torch.empty's output.
+  bool reads_garbage = false;
+  Verdict verdict = Verdict::kClean;  // when judged
+  // Nested ops only this op can explain (Deferral in core/monitor.h), with
+  // their outputs, looked at again at this op's end.
+  struct Deferred {
+    Deferral deferral;
+    std::vector<at::Tensor> outputs;
+  };
+  std::vector<Deferred> deferred;
   std::vector<c10::IValue> inputs;   // ops; capacity reused across ops
   std::vector<InputFacts> written_before;  // in-place ops: args before
   uint64_t cache_mark = 0;  // CacheMark() at the op's start
@@ -88,6 +102,10 @@ struct ThreadState {
     Frame& f = frames[depth++];
     f.contains_finding = false;
     f.contains_warning = false;
+    f.judged = false;
+    f.has_nested = false;
+    f.reads_garbage = false;
+    f.deferred.clear();
     f.forward_op = nullptr;
     return f;
   }
@@ -102,6 +120,7 @@ struct ThreadState {
   // inside a later op, so ends are not always last-in first-out.
   void Remove(size_t i) {
     frames[i].inputs.clear();
+    frames[i].deferred.clear();  // tensors: not kept alive past the op
     frames[i].fn = nullptr;
     for (size_t j = i; j + 1 < depth; ++j) std::swap(frames[j], frames[j + 1]);
     --depth;
@@ -566,7 +585,14 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
                          monitor.limits(), *g_torch_dir);
-  const Verdict verdict = monitor.OnOp(event, context);
+  std::optional<Deferral> deferral;
+  const Verdict verdict =
+      monitor.OnOp(event, context, parent != nullptr ? &deferral : nullptr);
+  frame.judged = true;
+  frame.verdict = verdict;
+  if (verdict == Verdict::kDeferred && deferral) {
+    parent->deferred.push_back(Frame::Deferred{std::move(*deferral), ts.output_tensors});
+  }
   EscalateOnVerdict(*session, frame.name, verdict);
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) &&
       session->live().fp32_auto.load(std::memory_order_relaxed) &&
@@ -591,6 +617,62 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     parent->contains_warning |=
         verdict == Verdict::kWarned || frame.contains_warning;
   }
+}
+
+// Whether an op with `traits` and `inputs`, the first inside `parent`,
+// casts the result buffer `parent` has not written yet: a cast of a CPU
+// tensor that is not the parent's input (a mean's self is cast inside the
+// sum that follows, not first).
+bool CastsResultBuffer(const Frame& parent, const OpTraits& traits,
+                       c10::ArrayRef<c10::IValue> inputs) {
+  if (!traits.casts || parent.traits == nullptr ||
+      !parent.traits->casts_result_buffer_first || inputs.empty() || !inputs[0].isTensor() ||
+      parent.inputs.empty() || !parent.inputs[0].isTensor()) {
+    return false;
+  }
+  const at::Tensor& cast = inputs[0].toTensor();
+  const at::Tensor& self = parent.inputs[0].toTensor();
+  return cast.defined() && self.defined() && cast.device().is_cpu() &&
+         !cast.is_alias_of(self);
+}
+
+// At the end of the op of frame `index`, the nested ops it was to explain:
+// its verdict says whether their non-finite values were a mask it carried;
+// values overwritten since (CPU fp16 mean's garbage cast, then summed into)
+// were never data. An op deferred in turn, or not judged (aten::to around
+// the _to_copy), hands them on.
+void SettleDeferred(ThreadState& ts, int index) {
+  Frame& frame = ts.frames[index];
+  Frame* parent = nullptr;
+  for (int i = index - 1; i >= 0 && parent == nullptr; --i) {
+    if (ts.frames[i].kind == FrameKind::kOp) parent = &ts.frames[i];
+  }
+  if (parent != nullptr && (!frame.judged || frame.verdict == Verdict::kDeferred)) {
+    for (Frame::Deferred& d : frame.deferred) parent->deferred.push_back(std::move(d));
+    frame.deferred.clear();
+    return;
+  }
+  Session& session = *Session::Get();
+  Monitor& monitor = session.monitor();
+  for (const Frame::Deferred& d : frame.deferred) {
+    bool nonfinite = false;
+    for (const at::Tensor& t : d.outputs) {
+      TensorFacts facts;
+      if (CheckTensor(t, monitor.limits(), facts)) nonfinite |= AnyNonFinite(facts.counts);
+    }
+    const Settled settled = !nonfinite                           ? Settled::kOverwritten
+                            : frame.judged && frame.verdict == Verdict::kMasked
+                                ? Settled::kMask
+                                                                : Settled::kStands;
+    monitor.SettleDeferral(d.deferral, settled);
+    if (settled == Settled::kOverwritten) {
+      for (const at::Tensor& t : d.outputs) RememberChecked(t, StorageState::kFinite);
+    }
+    if (settled == Settled::kStands) {
+      EscalateOnVerdict(session, d.deferral.op, Verdict::kPropagated);
+    }
+  }
+  frame.deferred.clear();
 }
 
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
@@ -682,8 +764,14 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         // that way, against 2,902 with them kept).
         f.inputs.assign(inputs.begin(), inputs.end());
         f.written_before.clear();
+        if (ts.depth >= 2 && ts.frames[ts.depth - 2].kind == FrameKind::kOp) {
+          Frame& parent = ts.frames[ts.depth - 2];
+          f.reads_garbage = parent.reads_garbage ||
+                            (!parent.has_nested && CastsResultBuffer(parent, traits, inputs));
+          parent.has_nested = true;
+        }
         if (traits.writes && !traits.uninitialised &&
-            !traits.fills_with_scalar) {
+            !traits.fills_with_scalar && !f.reads_garbage) {
           ts.busy = true;
           bool nested = false;
           for (size_t i = 0; i + 1 < ts.depth; ++i) {
@@ -736,7 +824,10 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
           const bool self_timed = ts.frames[index].self_timed;
           const bool timed = self_timed || BudgetOn();
           const int64_t t0 = timed ? SelfTime::NowNs() : 0;
-          if (HasWorkAtEnd(*ts.frames[index].traits)) OpEnded(fn, ts, index);
+          if (HasWorkAtEnd(*ts.frames[index].traits) && !ts.frames[index].reads_garbage) {
+            OpEnded(fn, ts, index);
+          }
+          if (!ts.frames[index].deferred.empty()) SettleDeferred(ts, index);
           const int64_t cost = timed ? SelfTime::NowNs() - t0 + ts.frames[index].start_cost_ns : 0;
           if (BudgetOn()) AddCheckTime(cost);
           if (self_timed) GlobalSelfTime().Add(SelfTime::kOp, cost);

@@ -176,22 +176,66 @@ def test_a_loss_over_a_masked_position_is_the_origin_of_its_inf(out):
     assert "a mask's -inf (and finite inputs) gave" in run([NANHUNT, "view", out]).stdout
 
 
-def test_attention_that_overflows_beside_a_padding_mask_is_an_overflow(out, tmp_path):
-    # nn.MultiheadAttention adds its key_padding_mask's -inf in baddbmm:
-    # -inf out of it is the mask, +inf the scores overflowing fp16 at step
-    # 1. An origin there, diagnosed as the overflow it is.
-    preload_script(
-        tmp_path / "mha_overflow.py",
+def padded_attention(scale_at_step_1):
+    """nn.MultiheadAttention in fp16 on the CPU with a key_padding_mask, its
+    inputs times `scale_at_step_1` at step 1. It adds the mask's -inf in
+    baddbmm, whose CPU kernel runs an addmm_ into a copy of the mask for each
+    head; the attention weights it returns are averaged over heads by a
+    mean, whose fp16 kernel first casts its unwritten result buffer."""
+    return (
         "import torch, torch.nn as nn\n"
         "torch.manual_seed(0)\n"
         "mha = nn.MultiheadAttention(16, 2, batch_first=True)\n"
         "for step in range(3):\n"
-        "    x = torch.randn(2, 8, 16) * (400.0 if step == 1 else 1.0)\n"
+        f"    x = torch.randn(2, 8, 16) * ({scale_at_step_1} if step == 1 else 1.0)\n"
         "    padded = torch.zeros(2, 8, dtype=torch.bool)\n"
         "    padded[0, -2:] = True\n"
         "    with torch.autocast('cpu', dtype=torch.float16):\n"
         "        a, _ = mha(x, x, x, key_padding_mask=padded)\n"
-        "    a.float().sum().backward()\n", out)
+        "    a.float().sum().backward()\n")
+
+
+def test_attention_with_a_padding_mask_on_the_cpu_is_healthy(out, tmp_path):
+    # The addmm_ inside baddbmm wrote -inf over memory nobody checked: it
+    # left the judging to baddbmm, which carried the mask, yet counted each
+    # step as non-finite (STEPS !!!); and the mean's cast of its garbage
+    # was NaN "propagated" from nobody. Both are baddbmm's and mean's to
+    # explain, and both explained them.
+    script = tmp_path / "padded_attention.py"
+    script.write_text(padded_attention(1.0))
+    j = run_healthy(script, out, ("aten::baddbmm", "aten::addmm_"))
+    assert [f for f in findings(out) if f["kind"] != "underflow"] == [], findings(out)
+    assert "STEPS  ...\n" in run([NANHUNT, "view", out]).stdout
+
+
+def test_reductions_on_the_cpu_read_no_garbage(out, tmp_path):
+    # CPU fp16/bf16 mean casts its result buffer to fp32 before anything
+    # wrote it: whatever the allocator left there (here a freed tensor of
+    # 3e38, just like it) was "would overflow in fp16: aten::_to_copy (in
+    # aten::mean) up to 3e+38". max and median squeeze_ theirs first (an
+    # in-place view, checked as a write). The mean's own output is still
+    # checked.
+    preload_script(
+        tmp_path / "half_reductions.py",
+        "import torch\n"
+        "for step in range(6):\n"
+        "    h = torch.randn(8, 16, 64, dtype=torch.bfloat16)\n"
+        "    for reduce in (torch.mean, torch.max, torch.median):\n"
+        "        torch.empty(8, 64, dtype=torch.bfloat16).fill_(3e38)  # freed at once\n"
+        "        reduce(h, dim=1)\n"
+        "near = torch.full((8, 16, 64), 60000.0, dtype=torch.bfloat16).mean(dim=1)\n", out)
+    near = findings(out, "near_max")
+    assert all(f["max_abs"] < 1e6 for f in near), [(f["op"], f["max_abs"]) for f in near]
+    assert "aten::mean" in {f["top_op"] or f["op"] for f in near}, near  # real values warn
+    j = view_json(out)
+    assert all(o["op"] != "aten::_to_copy" or o["max_abs"] < 1e6 for o in j["ops"]), j["ops"]
+
+
+def test_attention_that_overflows_beside_a_padding_mask_is_an_overflow(out, tmp_path):
+    # nn.MultiheadAttention adds its key_padding_mask's -inf in baddbmm:
+    # -inf out of it is the mask, +inf the scores overflowing fp16 at step
+    # 1. An origin there, diagnosed as the overflow it is.
+    preload_script(tmp_path / "mha_overflow.py", padded_attention(400.0), out)
     j = view_json(out)
     first = j["first_origin"]
     assert (first["op"], first["step"]) == ("aten::baddbmm", 1), first

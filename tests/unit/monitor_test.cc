@@ -588,5 +588,69 @@ TEST_F(TracedMonitorTest, GpuResultsArrivingAfterTheirStepEndedCountInThatStep) 
   EXPECT_EQ(t->findings[0].step, 0);
 }
 
+// A nested op whose non-finite outputs only its enclosing op can explain
+// (an input it overwrote unchecked) is recorded by how they turned out
+// when that op ends: a mask it carried, garbage it overwrote, or
+// propagation that stands. Without a place to defer to (the GPU path), it
+// is propagation at once.
+TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  InputFacts overwritten;
+  overwritten.unknown_before = true;
+  ctx.inputs = {overwritten, Input(false, false)};
+  const TensorFacts minus_inf = [] {
+    TensorFacts t = Fp16(0);
+    t.counts.neginf = 2;
+    t.counts.max_abs_bits = 0x7C00;
+    return t;
+  }();
+  auto nested = [&](const char* op, const TensorFacts& out, std::optional<Deferral>* d) {
+    OpEvent e;
+    e.op = op;
+    e.top_op = "aten::baddbmm";
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    return m.OnOp(e, ctx, d);
+  };
+  // Step 0: an addmm_ into a copy of baddbmm's -inf mask; baddbmm masked.
+  std::optional<Deferral> mask;
+  EXPECT_EQ(nested("aten::addmm_", minus_inf, &mask), Verdict::kDeferred);
+  ASSERT_TRUE(mask.has_value());
+  EXPECT_EQ(mask->op, "aten::addmm_");
+  EXPECT_EQ(mask->row.kind, "propagated");
+  m.SettleDeferral(*mask, Settled::kMask);
+  // A cast of a buffer's garbage, overwritten before its op ended.
+  std::optional<Deferral> garbage;
+  EXPECT_EQ(nested("aten::_to_copy", Fp16(/*posinf=*/1), &garbage), Verdict::kDeferred);
+  m.SettleDeferral(*garbage, Settled::kOverwritten);
+  EXPECT_EQ(m.findings(), 0);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  // Step 1: the non-finite values outlive the enclosing op, no mask.
+  std::optional<Deferral> stands;
+  EXPECT_EQ(nested("aten::addmm_", Fp16(/*posinf=*/3), &stands), Verdict::kDeferred);
+  m.SettleDeferral(*stands, Settled::kStands);
+  // On the GPU path, with nowhere to defer to.
+  EXPECT_EQ(nested("aten::addmm_", Fp16(/*posinf=*/3), nullptr), Verdict::kPropagated);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  EXPECT_EQ(m.mask_ops(), std::vector<std::string>{"aten::addmm_"});
+  EXPECT_FALSE(m.first_origin().has_value());
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->steps.size(), 2u);
+  EXPECT_EQ(t->steps[0].nonfinite_ops, 0) << "a mask and garbage: no non-finite step";
+  EXPECT_EQ(t->steps[0].ops, 1) << "garbage is no op's values";
+  EXPECT_EQ(t->steps[1].nonfinite_ops, 2);
+  ASSERT_EQ(t->findings.size(), 2u);
+  EXPECT_EQ(t->findings[0].kind, "propagated");
+  EXPECT_EQ(t->findings[0].step, 1);
+  EXPECT_EQ(t->findings[0].posinf, 3);
+  EXPECT_EQ(t->findings[1].step, 1);
+  ASSERT_EQ(t->op_steps.size(), 2u);
+  EXPECT_EQ(t->op_steps[0].op, "aten::addmm_");
+  EXPECT_EQ(t->op_steps[0].nonfinite, 2) << "a mask's -inf counted as masks are";
+}
+
 }  // namespace
 }  // namespace nanhunt

@@ -27,6 +27,8 @@ TEST(OpPolicy, UninitialisedCopyingAndFillingOpsAreKnown) {
   EXPECT_TRUE(FillsWithScalar("aten::fill_"));
   EXPECT_TRUE(IsBookkeepingRecord("autograd::engine::evaluate_function: MulBackward0"));
   EXPECT_TRUE(PassesInputThrough("aten::_unsafe_view"));
+  EXPECT_TRUE(CastsResultBufferFirst("aten::mean"));
+  EXPECT_FALSE(CastsResultBufferFirst("aten::sum")) << "sums into its result, no cast first";
 }
 
 TEST(OpPolicy, OnlyAutogradsDetachRecordsAreKnownToWriteNoValues) {
