@@ -295,19 +295,21 @@ Diagnosis Diagnose(const RunSummary& s) {
     return d;
   }
   if (s.first_origin) return BackwardOverflow(s, *s.first_origin);
+  // Underflow harms where values are fp16 (they flush to zero); fp32 and
+  // bf16 hold them, and theirs is a forecast for a switch to fp16.
   const PhaseTotals* backward = Phase(s, "backward");
-  if (backward != nullptr && backward->elements > 0) {
-    const double share = static_cast<double>(backward->underflow) /
-                         static_cast<double>(backward->elements);
+  if (backward != nullptr && backward->fp16_elements > 0) {
+    const double share = static_cast<double>(backward->fp16_underflow) /
+                         static_cast<double>(backward->fp16_elements);
     if (share >= kGradientUnderflowShare) {
       Diagnosis d;
       d.kind = "underflow";
       d.title = absl::StrCat("Gradients underflow: ", Percent(share),
-                             " of backward values are below fp16's smallest "
+                             " of fp16 backward values are below fp16's smallest "
                              "normal (6.1e-5)");
       d.evidence.push_back(absl::StrCat(
-          backward->underflow, " of ", backward->elements,
-          " values in the backward pass are so small that fp16 flushes them "
+          backward->fp16_underflow, " of ", backward->fp16_elements,
+          " fp16 values in the backward pass are so small that fp16 flushes them "
           "toward zero: updates vanish and the loss plateaus"));
       AddLossScale(s, d);
       d.fixes.push_back(
@@ -342,6 +344,16 @@ Diagnosis Diagnose(const RunSummary& s) {
         s.mask_ops.empty() ? ""
                            : absl::StrCat(", apart from deliberate ±inf masks (",
                                           absl::StrJoin(s.mask_ops, ", "), ")")));
+  }
+  if (backward != nullptr && backward->fp16_elements == 0 && backward->elements > 0 &&
+      static_cast<double>(backward->underflow) >=
+          kGradientUnderflowShare * static_cast<double>(backward->elements)) {
+    d.evidence.push_back(absl::StrCat(
+        Percent(static_cast<double>(backward->underflow) /
+                static_cast<double>(backward->elements)),
+        " of backward values are below fp16's smallest normal (6.1e-5): held as "
+        "they run (no fp16), they would flush to zero in fp16 without "
+        "torch.amp.GradScaler"));
   }
   return d;
 }

@@ -258,6 +258,8 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       m.near_max += o.near_max;
       m.underflow += o.underflow;
       m.fp16_overflow += o.fp16_overflow;
+      m.fp16_elements += o.fp16_elements;
+      m.fp16_underflow += o.fp16_underflow;
       m.max_abs = std::max(m.max_abs, o.max_abs);
       for (int q = 0; q < 4; ++q) m.quarters[q] = std::max(m.quarters[q], o.quarters[q]);
       PhaseTotals& p = phases[o.phase];
@@ -270,6 +272,8 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       p.near_max += o.near_max;
       p.underflow += o.underflow;
       p.elements += o.elements;
+      p.fp16_elements += o.fp16_elements;
+      p.fp16_underflow += o.fp16_underflow;
     }
     if (s.loss_scale.empty() && !t.loss_scale.empty()) {
       // Ranks of one run update their scalers alike: one history tells it.
@@ -823,6 +827,8 @@ std::string RenderJson(const RunSummary& s) {
     j.Key("nonfinite_values").Int(p.nonfinite_values);
     j.Key("near_max").Int(p.near_max);
     j.Key("underflow").Int(p.underflow);
+    j.Key("fp16_elements").Int(p.fp16_elements);
+    j.Key("fp16_underflow").Int(p.fp16_underflow);
     j.EndObject();
   }
   j.EndObject();

@@ -14,6 +14,7 @@ struct PhaseTotals {
   std::string phase;
   int64_t calls = 0, elements = 0, nonfinite_values = 0,
           near_max = 0, underflow = 0;
+  int64_t fp16_elements = 0, fp16_underflow = 0;  // OpTotals' fields
 };
 
 struct RunSummary {

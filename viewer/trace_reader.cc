@@ -239,6 +239,8 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   Query(db, "op_stats",
         "SELECT op, phase, SUM(calls), SUM(elements), SUM(nan), SUM(posinf),"
         " SUM(neginf), SUM(near_max), SUM(underflow), SUM(fp16_overflow),"
+        " SUM(CASE WHEN dtype IN ('float16', 'float8_e5m2') THEN elements ELSE 0 END),"
+        " SUM(CASE WHEN dtype IN ('float16', 'float8_e5m2') THEN underflow ELSE 0 END),"
         " MAX(max_abs) FROM op_stats GROUP BY op, phase",
         [&](sqlite3_stmt* s) {
           OpTotals o;
@@ -247,7 +249,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           int i = 2;
           for (int64_t* v : {&o.calls, &o.elements, &o.nan, &o.posinf,
                              &o.neginf, &o.near_max, &o.underflow,
-                             &o.fp16_overflow}) {
+                             &o.fp16_overflow, &o.fp16_elements, &o.fp16_underflow}) {
             *v = sqlite3_column_int64(s, i++);
           }
           o.max_abs = sqlite3_column_double(s, i);

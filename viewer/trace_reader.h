@@ -18,6 +18,9 @@ struct OpTotals {
   std::string op, phase;
   int64_t calls = 0, elements = 0, nan = 0, posinf = 0, neginf = 0,
           near_max = 0, underflow = 0, fp16_overflow = 0;
+  // Of its outputs in formats that flush below fp16's smallest normal
+  // (float16, float8_e5m2): underflow is harm there, a forecast elsewhere.
+  int64_t fp16_elements = 0, fp16_underflow = 0;
   double max_abs = 0;  // +inf when an output was infinite
   // max |x| in each quarter of the run's steps (+inf: non-finite): the
   // trend; 0 where the op did not run.

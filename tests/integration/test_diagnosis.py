@@ -33,6 +33,19 @@ def test_each_class_from_a_script_that_shows_it(script, kind, op, out):
     assert max(len(line) for line in text.splitlines()) <= 100
 
 
+def test_tiny_gradients_in_bf16_are_no_underflow_but_a_forecast(out):
+    # The same tiny gradients under bf16 autocast: bf16 holds them, so the
+    # run is healthy (it was "Gradients underflow", advising bf16 autocast
+    # to a bf16 run); what fp16 would make of them is said as evidence.
+    r = preload_run([PYTHON, SCRIPTS / "vanishing_gradients.py"], out, DTYPE="bfloat16")
+    assert r.returncode == 0, r.stderr
+    j = view_json(out)
+    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
+    assert any("would flush to zero in fp16" in e for e in j["diagnosis"]["evidence"])
+    backward = j["phases"]["backward"]
+    assert backward["fp16_elements"] == 0 and backward["underflow"] > 0, backward
+
+
 def test_forward_overflow_names_the_fixes_an_expert_would_try(out):
     r = preload_run([PYTHON, DEMO], out)
     assert r.returncode == 0, r.stderr

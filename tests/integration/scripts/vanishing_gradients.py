@@ -1,7 +1,9 @@
 # fp16 autocast without loss scaling, and a loss that is tiny by
 # construction (a weighted auxiliary term): its gradients fall below fp16's
 # smallest normal (6.1e-5), so the updates vanish and the loss plateaus,
-# with no inf or NaN anywhere.
+# with no inf or NaN anywhere. DTYPE=bfloat16: the same values, held.
+import os
+
 import torch
 
 torch.manual_seed(0)
@@ -10,7 +12,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(64, 32), torch.randn(64, 1)
 for step in range(6):
     opt.zero_grad()
-    with torch.autocast("cpu", dtype=torch.float16):
+    with torch.autocast("cpu", dtype=getattr(torch, os.environ.get("DTYPE", "float16"))):
         out = model(x)
     loss = 1e-3 * torch.nn.functional.mse_loss(out.float(), y)
     loss.backward()
