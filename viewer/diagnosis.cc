@@ -305,7 +305,7 @@ Diagnosis Diagnose(const RunSummary& s) {
       Diagnosis d;
       d.kind = "underflow";
       d.title = absl::StrCat("Gradients underflow: ", Percent(share),
-                             " of fp16 backward values are below fp16's smallest "
+                             " of fp16 backward values are below its smallest "
                              "normal (6.1e-5)");
       d.evidence.push_back(absl::StrCat(
           backward->fp16_underflow, " of ", backward->fp16_elements,
