@@ -2,7 +2,7 @@
 // names the ops and says why (a count alone cannot tell a user which part
 // of the model went unwatched): outputs captured into a CUDA graph, GPU
 // checks that could not be enqueued, held-back checks whose memory went
-// first, tensors the check cannot read (sparse, meta). Only the paths that
+// first, tensors the check cannot read (sparse). Only the paths that
 // leave an output unchecked call Add: a checked op never pays for it.
 #pragma once
 
@@ -25,7 +25,7 @@ enum class UncheckedReason : uint8_t {
   kNotEnqueued,   // the GPU check could not be enqueued
   kReleased,      // held back for a batch, its memory went first
   kGpuPathOff,    // libnanhunt_cuda.so did not load
-  kUnreadable,    // sparse, meta or other tensors the check does not read
+  kUnreadable,    // sparse or other tensors the check does not read
   kArrivesLater,  // copied from a GPU with non_blocking=True: not there at the op's end
 };
 

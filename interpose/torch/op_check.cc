@@ -390,10 +390,11 @@ bool InHostMemory(const at::Tensor& t) {
 
 void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
   // Floating-point values the check cannot see (CUDA without the GPU path,
-  // sparse, meta...): counted, so that no report claims "all finite" about
-  // values nobody looked at.
+  // sparse...): counted, so that no report claims "all finite" about
+  // values nobody looked at. Meta tensors hold no values to see: they are
+  // how torch.compile and FakeTensorMode work out shapes while tracing.
   if (!owner.outputs_are_nested_ops && t.defined() && torch_compat::FormatOf(t.scalar_type()) &&
-      !WithoutOwnMemory(t) && !InHostMemory(t)) {
+      !WithoutOwnMemory(t) && !InHostMemory(t) && !t.is_meta()) {
     CountUnchecked(owner, UncheckedReason::kUnreadable, t.is_cuda());
   }
 }

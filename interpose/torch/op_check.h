@@ -111,8 +111,8 @@ void CountUnchecked(const OutputOwner& owner, UncheckedReason why, bool on_devic
 UncheckedOutputs& UncheckedOps();
 // Counts `t`, an op's output that CheckTensor refused, when it holds
 // floating-point values that the check could not read (on a GPU without
-// the GPU path, sparse, meta); tensors without memory of their own (fake
-// tensors while torch.compile traces) are not counted. An input is never
+// the GPU path, sparse); tensors without values or memory of their own
+// (meta and fake tensors while torch.compile traces) are not counted. An input is never
 // counted: the op's inputs on a GPU are read from earlier ops' results.
 void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner);
 

@@ -91,14 +91,14 @@ TEST(UncheckedOutputsTest, AnOpUncheckedForTwoCountedReasonsIsNamedOnce) {
 TEST(UncheckedOutputsTest, TheHostsReasonSaysWhichKindsOfOutputWentUnchecked) {
   UncheckedOutputs u;
   EXPECT_EQ(HostUncheckedReasons(u.Rows()),
-            "sparse, meta or other non-CPU tensors the check does not read");
+            "sparse or other non-CPU tensors the check does not read");
   u.Add("aten::copy_", Phase::kOptimizer, UncheckedReason::kArrivesLater, 1, 2);
   EXPECT_EQ(HostUncheckedReasons(u.Rows()),
             "copies from a GPU with non_blocking=True, whose values land after the op");
   EXPECT_EQ(UncheckedReasonName(UncheckedReason::kArrivesLater), "copied_from_gpu_async");
   u.Add("aten::to_sparse", Phase::kForward, UncheckedReason::kUnreadable, 1, 1);
   EXPECT_EQ(HostUncheckedReasons(u.Rows()),
-            "sparse, meta or other non-CPU tensors the check does not read; copies from a "
+            "sparse or other non-CPU tensors the check does not read; copies from a "
             "GPU with non_blocking=True, whose values land after the op");
 }
 
