@@ -6,7 +6,12 @@ bool StepTracker::OnOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
   if (phase == Phase::kBackward) {
     saw_backward_ = true;
     post_backward_ = true;
+    update_ended_ = false;
     fallback_advanced_ = false;
+    return false;
+  }
+  if (phase == Phase::kForward && !grad_enabled && takes_grad_input && update_ended_) {
+    post_backward_ = false;  // a forward pass without grad (see the header)
     return false;
   }
   if (phase != Phase::kForward || !grad_enabled || !takes_grad_input) {
@@ -58,6 +63,7 @@ StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
 
 bool StepTracker::OnOptimizerStepEnd() {
   optimizer_since_update_ = true;
+  update_ended_ = true;
   seen_optimizer_ = true;
   saw_backward_ = false;
   fallback_advanced_ = false;

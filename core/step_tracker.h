@@ -12,8 +12,10 @@
 //
 // Ops that run after backward with grad mode off (C++ optimizers, gradient
 // clipping, GradScaler's unscale, hand-written updates) are the update, not
-// a forward pass: they get the optimizer phase. Not thread-safe: the caller
-// serialises.
+// a forward pass: they get the optimizer phase. Once an optimizer record has
+// ended the update, an op with grad mode off that takes a parameter is a
+// forward pass again: torch.compile runs its graphs with grad mode off, and
+// an evaluation runs under no_grad. Not thread-safe: the caller serialises.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,7 @@ class StepTracker {
   bool saw_backward_ = false;       // since the last fallback advance
   bool fallback_advanced_ = false;  // the last advance came from the fallback
   bool post_backward_ = false;      // backward ran; no forward pass since
+  bool update_ended_ = false;       // an optimizer record ended since backward
   bool optimizer_since_update_ = false;  // an optimizer step ended since the
                                          // last scaler update
 };

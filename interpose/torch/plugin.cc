@@ -63,6 +63,10 @@ struct Frame {
   bool contains_finding = false;
   bool contains_warning = false;  // a nested op already warned (near-max)
   bool judged = false;  // the monitor judged this op's outputs
+  // Grad mode when it started: what the ops nested in it are refined by,
+  // as autograd.Function runs its forward with grad mode off (so do
+  // torch.compile's graphs, and reentrant checkpointing): a forward pass.
+  bool grad_at_start = true;
   bool has_nested = false;  // an op ran inside it
   // It casts memory its enclosing op allocated and has not written yet
   // (CastsResultBufferFirst in core/op_policy.h), or runs inside such a
@@ -517,7 +521,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.top_op = top_op ? top_op : "";
   call.forward_op = forward_op ? forward_op : "";
   call.phase = CurrentPhase(ts);
-  call.grad_enabled = c10::GradMode::is_enabled();
+  call.grad_enabled = top != nullptr ? top->grad_at_start : c10::GradMode::is_enabled();
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
   call.thread = fn.threadId();
@@ -745,6 +749,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           break;
         }
         f.kind = FrameKind::kOp;
+        f.grad_at_start = c10::GradMode::is_enabled();
         f.self_timed = SelfTime::TimeThisOne(SelfTime::kOp);
         const bool timed = f.self_timed || BudgetOn();
         const int64_t start_t0 = timed ? SelfTime::NowNs() : 0;

@@ -97,6 +97,35 @@ def test_a_cast_overflow_in_a_checkpointed_block_is_named_in_forward(out):
     assert not any("NANHUNT_FP32_OPS" in fix for fix in d["fixes"])
 
 
+def test_an_overflow_inside_an_autograd_function_is_in_the_forward_pass(out, tmp_path):
+    # autograd.Function runs its forward with grad mode off, as torch.compile
+    # runs its graphs: after the first backward that looked like the
+    # update, and the overflow at step 2 was reported in "optimizer".
+    preload_script(
+        tmp_path / "function_overflow.py",
+        "import torch\n"
+        "class Project(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, w):\n"
+        "        ctx.save_for_backward(x, w)\n"
+        "        return x @ w\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        x, w = ctx.saved_tensors\n"
+        "        return g @ w.t(), x.t() @ g\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.nn.Parameter((torch.randn(16, 16) * 0.1 + 1).half())  # columns sum to ~16\n"
+        "opt = torch.optim.SGD([w], lr=1e-3)\n"
+        "for step in range(4):\n"
+        "    x = torch.full((8, 16), 8000.0 if step == 2 else 0.01, dtype=torch.float16)\n"
+        "    opt.zero_grad()\n"
+        "    Project.apply(x, w).float().sum().backward()\n"
+        "    opt.step()\n", out)
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "forward", 2), first
+    assert first["top_op"] == "Project", first
+
+
 def test_a_copy_into_a_buffer_that_held_inf_is_judged_by_its_source(out, tmp_path):
     # copy_ overwrites its destination whole: the inf the buffer held from
     # an earlier overflow is no input of it. Its own overflow (fp32 100000

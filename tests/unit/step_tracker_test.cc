@@ -88,5 +88,26 @@ TEST(StepTracker, NoGradOpsAfterBackwardAreTheUpdateNotANewStep) {
   EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kForward);
 }
 
+TEST(StepTracker, NoGradForwardPassesAfterTheOptimizerStepAreForward) {
+  StepTracker t;
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  // GradScaler's update, a scheduler: no parameter, still the update.
+  EXPECT_FALSE(t.OnOp(Phase::kForward, false, false));
+  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kOptimizer);
+  // torch.compile's graph (or an evaluation) reads the parameters with
+  // grad mode off: a forward pass, and no new step (the optimizer's
+  // records count them).
+  EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
+  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kForward);
+  EXPECT_EQ(t.step(), 1);
+  // Its backward, then clipping before the next optimizer step: the update.
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
+  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kOptimizer);
+}
+
 }  // namespace
 }  // namespace nanhunt
