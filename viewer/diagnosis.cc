@@ -327,8 +327,22 @@ Diagnosis Diagnose(const RunSummary& s) {
   Diagnosis d;
   d.kind = "healthy";
   d.title = "Healthy: no non-finite values, nothing close to fp16's limit";
-  if (!s.warnings.empty()) {
-    const FindingRow& w = s.warnings.back();
+  // Warnings that are news: fp16 values nearing 65504. Wider formats' are a
+  // forecast (the view's WOULD OVERFLOW IN FP16); under a GradScaler the
+  // gradients are scaled up to the limit on purpose: it grows its scale
+  // until they overflow, then skips that step and halves it.
+  const FindingRow* nearing = nullptr;
+  const FindingRow* scaled = nullptr;
+  const FindingRow* wider = nullptr;  // the largest
+  for (const FindingRow& w : s.warnings) {
+    if (!IsFp16Range(w.dtype)) {
+      if (wider == nullptr || w.max_abs > wider->max_abs) wider = &w;
+      continue;
+    }
+    (w.phase == "backward" && !s.loss_scale.empty() ? scaled : nearing) = &w;
+  }
+  if (nearing != nullptr) {
+    const FindingRow& w = *nearing;
     d.title = "Healthy so far: no non-finite values, but values are nearing "
               "fp16's limit";
     d.op = w.op;
@@ -344,6 +358,18 @@ Diagnosis Diagnose(const RunSummary& s) {
         s.mask_ops.empty() ? ""
                            : absl::StrCat(", apart from deliberate ±inf masks (",
                                           absl::StrJoin(s.mask_ops, ", "), ")")));
+  }
+  if (scaled != nullptr) {
+    d.evidence.push_back(absl::StrFormat(
+        "the scaled gradients came to |x| = %.6g, %.0f%% of 65504 (%s, step %d): "
+        "GradScaler's doing, it grows the scale until they overflow",
+        scaled->max_abs, 100 * scaled->max_abs / kFp16Max, scaled->op, scaled->step));
+  }
+  if (wider != nullptr) {
+    d.evidence.push_back(absl::StrFormat(
+        "%s values of %s (%s) reached |x| = %.6g at step %d: past fp16's near-max "
+        "threshold, safe as they run",
+        wider->dtype, wider->op, wider->phase, wider->max_abs, wider->step));
   }
   if (backward != nullptr && backward->fp16_elements == 0 && backward->elements > 0 &&
       static_cast<double>(backward->underflow) >=

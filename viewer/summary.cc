@@ -41,11 +41,6 @@ std::string OfLimit(double max_abs) {
   return absl::StrFormat("%.3gx", r);
 }
 
-// Formats whose own range ends near 65504.
-bool IsFp16Range(absl::string_view dtype) {
-  return dtype == "float16" || dtype == "float8_e5m2";
-}
-
 // "aten::bmm (in aten::matmul)".
 std::string OpLabel(const FindingRow& f) {
   std::string s = f.op;
@@ -165,6 +160,10 @@ std::optional<FindingRow> FoundInWindow(const std::vector<FindingRow>& findings,
 }
 
 }  // namespace
+
+bool IsFp16Range(absl::string_view dtype) {
+  return dtype == "float16" || dtype == "float8_e5m2";
+}
 
 std::string FormatAbs(double v) {
   if (std::isinf(v)) return "inf";
@@ -771,6 +770,7 @@ std::string RenderJson(const RunSummary& s) {
     j.BeginObject();
     j.Key("op").String(f.op);
     j.Key("phase").String(f.phase);
+    j.Key("dtype").String(f.dtype);
     j.Key("step").Int(f.step);
     j.Key("max_abs").Number(f.max_abs);
     j.Key("source").String(f.source);

@@ -17,6 +17,10 @@ struct PhaseTotals {
   int64_t fp16_elements = 0, fp16_underflow = 0;  // OpTotals' fields
 };
 
+// Formats whose own range ends near 65504 (float16, float8_e5m2): near-max
+// there is news, in wider formats a forecast.
+bool IsFp16Range(absl::string_view dtype);
+
 struct RunSummary {
   std::vector<std::string> traces;
   std::vector<std::string> commands;   // distinct commands

@@ -3,7 +3,7 @@ shown by a real training script built to show it, run under the preload;
 the test checks the class, the op it names and that a fix is offered."""
 import pytest
 
-from conftest import DEMO, NANHUNT, PYTHON, SCRIPTS, preload_run, run, view_json
+from conftest import DEMO, NANHUNT, PYTHON, SCRIPTS, preload_run, preload_script, run, view_json
 
 CASES = [
     # script, class, op named
@@ -44,6 +44,37 @@ def test_tiny_gradients_in_bf16_are_no_underflow_but_a_forecast(out):
     assert any("would flush to zero in fp16" in e for e in j["diagnosis"]["evidence"])
     backward = j["phases"]["backward"]
     assert backward["fp16_elements"] == 0 and backward["underflow"] > 0, backward
+
+
+def test_gradients_a_gradscaler_scales_near_the_limit_are_no_warning(out, tmp_path):
+    # GradScaler scales the gradients up to fp16's limit on purpose (it grows
+    # its scale until they overflow, then skips that step): the run was
+    # "Healthy so far: values are nearing fp16's limit" for the scaled
+    # gradients, and for an fp32 value that never lives in fp16.
+    preload_script(
+        tmp_path / "scaled_near_the_limit.py",
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(16, 16)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-4)\n"
+        "scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 14)\n"
+        "for step in range(4):\n"
+        "    x = torch.randn(1, 16) * 0.01  # one row: the bias gradient is 3 x 16384\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        out = model(x)\n"
+        "    loss = out.float().sum() * 3  # fp16 gradients of 3 x 16384\n"
+        "    big = torch.full((4,), 30000.0).sum()  # fp32, far past 16376\n"
+        "    opt.zero_grad()\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n", out)
+    assert any(w["phase"] == "backward" and w["dtype"] == "float16"
+               for w in view_json(out)["warnings"]), "the plant must reach the threshold"
+    d = view_json(out)["diagnosis"]
+    assert d["title"] == "Healthy: no non-finite values, nothing close to fp16's limit", d
+    evidence = " ".join(d["evidence"])
+    assert "the scaled gradients came to |x| = 49152" in evidence, evidence
+    assert "float32 values of aten::sum (forward) reached |x| = 120000" in evidence, evidence
 
 
 def test_forward_overflow_names_the_fixes_an_expert_would_try(out):
