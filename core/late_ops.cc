@@ -100,6 +100,7 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
   event.late_step = op->step;
   event.kernels = op->kernels;
   event.loss_scaling = op->loss_scaling;
+  event.scaled_gradients = op->scaled_gradients;
   event.others_unchecked = op->others_unchecked;
   // Every result is in: this thread alone holds the op now.
   for (size_t i = 0; i < op->outputs.size() && i < op->output_sizes.size(); ++i) {

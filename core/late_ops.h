@@ -67,6 +67,7 @@ struct LateOp {
   std::string source, stack;  // when wanted
   std::string kernels;        // CUPTI: the kernels it launched
   bool loss_scaling = false;  // OpEvent::loss_scaling
+  bool scaled_gradients = false;  // OpEvent::scaled_gradients
   bool others_unchecked = false;  // OpEvent::others_unchecked
   // Results still to come, plus one held by the enqueuing thread until it
   // has enqueued them all (it may be the last to let go). Results of one

@@ -243,7 +243,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     absl::MutexLock lock(&mu_);
     // Live warnings are for formats that really overflow near 65504; for
     // fp32 and bf16 outputs the finding (what *would* overflow) suffices.
-    if (want_headroom && notify_ &&
+    if (want_headroom && notify_ && !e.scaled_gradients &&
         (format == Format::kF16 || format == Format::kF8E5M2)) {
       notify_(absl::StrFormat(
           "warning: %s (%s) reached |x|=%.6g, %.0f%% of fp16's limit 65504, "

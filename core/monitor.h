@@ -129,6 +129,11 @@ struct OpEvent {
   // purpose, in fp32, so their size is no headroom finding, does not warn
   // and stays out of the op statistics; non-finite values still count.
   bool loss_scaling = false;
+  // A backward op while a GradScaler scales the loss: its gradients come
+  // near fp16's limit on purpose (the scaler grows its scale until they
+  // overflow, then skips that step and halves it). Its near-max values are
+  // still recorded, without a live warning.
+  bool scaled_gradients = false;
   // Only a share of ops is checked now (sample mode, outside full and
   // escalated steps): non-finite values this op was given may come from an
   // op nobody checked. ±inf carried by an op that carries masks is then

@@ -108,6 +108,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       call.phase, call.grad_enabled, call.takes_grad_input, call.top_level);
   op->step = position.step;
   op->phase = position.phase;
+  op->scaled_gradients = ScaledGradients(op->phase);
   const CheckLimits& limits = session.monitor().limits();
   op->inputs.reserve(inputs.size());  // one per argument, but for tensor lists
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -74,6 +74,10 @@ LossScaleStorages& LossScales() {
   return *scales;
 }
 
+bool ScaledGradients(Phase phase) {
+  return phase == Phase::kBackward && !LossScales().empty();
+}
+
 bool TouchesLossScale(const std::vector<c10::IValue>& inputs,
                       const std::vector<c10::IValue>& outputs) {
   LossScaleStorages& scales = LossScales();

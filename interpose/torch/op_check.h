@@ -164,6 +164,11 @@ StorageState StorageStateOf(const void* key);
 LossScaleStorages& LossScales();
 bool TouchesLossScale(const std::vector<c10::IValue>& inputs,
                       const std::vector<c10::IValue>& outputs);
+// An op in `phase` computes gradients a GradScaler scales
+// (OpEvent::scaled_gradients): a backward op once a loss scale is known.
+// NANHUNT_FP32_OPS=auto learns nothing from them: their overflow is the
+// scaler's to handle, and running the op in fp32 would buy nothing.
+bool ScaledGradients(Phase phase);
 
 // For ops that are not checked because they only copy values: their
 // outputs are known non-finite when an input was. Cheap while nothing is

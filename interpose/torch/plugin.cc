@@ -213,7 +213,7 @@ void OnLateVerdict(const LateOp& op, Verdict verdict) {
   bool fp16 = false;
   for (const TensorFacts& t : op.outputs) fp16 |= t.format == Format::kF16;
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) && fp16 &&
-      live.fp32_auto.load(std::memory_order_relaxed)) {
+      !op.scaled_gradients && live.fp32_auto.load(std::memory_order_relaxed)) {
     std::vector<std::string> learned;
     if (LearnFp32Op(c10::OperatorName(op.op, op.overload))) learned.push_back(op.op);
     if (!op.top_op.empty() && LearnFp32Op(c10::OperatorName(op.top_op, ""))) {
@@ -585,6 +585,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.contains_warning = frame.contains_warning;
   event.thread = fn.threadId();
   event.loss_scaling = TouchesLossScale(frame.inputs, fn.outputs());
+  event.scaled_gradients = ScaledGradients(event.phase);
   event.others_unchecked = OthersUnchecked(*session);
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
@@ -600,7 +601,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   EscalateOnVerdict(*session, frame.name, verdict);
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) &&
       session->live().fp32_auto.load(std::memory_order_relaxed) &&
-      HasFp16Output(ts.output_facts)) {
+      HasFp16Output(ts.output_facts) && !event.scaled_gradients) {
     LearnFromFinding(fn, top, verdict, *session);
   }
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kInput) &&

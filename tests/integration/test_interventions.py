@@ -72,6 +72,23 @@ def test_fp32_auto_learns_the_op_trains_the_demo_and_writes_a_reusable_policy(ou
     assert int(dict(kv.split("=") for kv in counts.split(","))["aten::matmul"]) == 100
 
 
+def test_fp32_auto_leaves_the_gradients_a_gradscaler_scales_to_it(out):
+    # GradScaler scales the gradients up to fp16's limit and past it on
+    # purpose, skipping the steps that overflow: auto learned aten::mm,
+    # aten::sum and aten::_to_copy from them, every matmul in fp32 for
+    # nothing. The scaler keeps its own decisions, and no warning is live.
+    script = SCRIPTS / "gradscaler_training.py"
+    plain = run([PYTHON, script])
+    r = nanhunt_run([PYTHON, script], out, env=clean_env(NANHUNT_FP32_OPS="auto"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == plain.stdout  # the same skips and scales
+    assert "now run" not in r.stderr and "warning:" not in r.stderr, r.stderr
+    assert not list(out.glob("*.fp32-policy"))
+    [trace] = out.glob("*.sqlite")
+    assert sqlite3.connect(trace).execute(
+        "SELECT COUNT(*) FROM events WHERE kind = 'fp32_learned'").fetchone() == (0,)
+
+
 def test_fp32_op_in_a_half_model_computes_in_fp32_and_returns_fp16(out):
     script = SCRIPTS / "half_model_loss_overflow.py"
     plain = run([PYTHON, script])

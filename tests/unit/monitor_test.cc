@@ -294,6 +294,27 @@ TEST_F(MonitorTest, NearMaxWarnsOnceThenOnlyWhenItGrowsByAQuarter) {
   EXPECT_EQ(monitor_.findings(), 2);
 }
 
+TEST_F(MonitorTest, GradientsAGradScalerScalesNearTheLimitWarnOnlyInTheTrace) {
+  config_.near_max = 16376;
+  std::vector<std::string> told;
+  monitor_.set_notify([&](const std::string& line) { told.push_back(line); });
+  FakeContext ctx;
+  TensorFacts near = Fp16(0, 0x7400);  // 16384
+  near.counts.near_max = 1;
+  OpEvent e;
+  e.op = "aten::mm";
+  e.phase = Phase::kBackward;
+  e.outputs = absl::MakeConstSpan(&near, 1);
+  e.scaled_gradients = true;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kWarned);
+  EXPECT_EQ(monitor_.findings(), 1) << "recorded";
+  EXPECT_TRUE(told.empty()) << "but not told live";
+  e.op = "aten::bmm";
+  e.scaled_gradients = false;
+  monitor_.OnOp(e, ctx);
+  ASSERT_EQ(told.size(), 1u);
+}
+
 TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillIs) {
   // loss * 65536 in fp32: 416072, past fp16's limit on purpose.
   TensorFacts scaled;
