@@ -201,6 +201,19 @@ void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict)
                                                  : " had non-finite values"));
 }
 
+// Inf (no NaN) in gradients a GradScaler scales: the overflow it scales
+// them into on purpose, and skips the step for (routinely in its first
+// steps, while its scale settles). Not what NANHUNT_ON_NONFINITE stops
+// training for; NaN made of finite gradients (0/0, sqrt of a negative) is.
+template <class Outputs>
+bool ScalerOverflow(bool scaled_gradients, const Outputs& outputs) {
+  if (!scaled_gradients) return false;
+  for (const TensorFacts& t : outputs) {
+    if (t.counts.nan != 0) return false;
+  }
+  return true;
+}
+
 // A GPU op's verdict, on the drain thread: the NaN guard stops training
 // (no snapshot: the op's inputs are gone by the time its result arrives),
 // and NANHUNT_FP32_OPS=auto learns the op, as for host ops.
@@ -230,7 +243,7 @@ void OnLateVerdict(const LateOp& op, Verdict verdict) {
   }
   if ((verdict != Verdict::kOrigin && verdict != Verdict::kInput) ||
       live.on_nonfinite.load(std::memory_order_relaxed) == OnNonFinite::kContinue ||
-      g_guard_fired.exchange(true)) {
+      ScalerOverflow(op.scaled_gradients, op.outputs) || g_guard_fired.exchange(true)) {
     return;
   }
   const std::string message = absl::StrFormat(
@@ -607,6 +620,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kInput) &&
       session->live().on_nonfinite.load(std::memory_order_relaxed) !=
           OnNonFinite::kContinue &&
+      !ScalerOverflow(event.scaled_gradients, ts.output_facts) &&
       !g_guard_fired.exchange(true)) {
     StopAtFirstNonFinite(frame, traits, *session);
   }

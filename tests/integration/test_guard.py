@@ -31,6 +31,41 @@ def test_uncaught_raise_ends_the_demo_at_the_origin_step(out):
     assert "step  26" not in r.stdout
 
 
+def test_under_a_gradscaler_its_overflows_go_on_and_nan_of_finite_gradients_stops(out, tmp_path):
+    # GradScaler scales the gradients into overflow on purpose and skips
+    # those steps (routinely at step 0, while its scale settles): raise
+    # stopped every GradScaler run there. It stops at NaN made of finite
+    # gradients (a norm of zeros: 0/0), which no scale explains.
+    scaler_run = run([PYTHON, SCRIPTS / "gradscaler_training.py"])
+    r = preload_run([PYTHON, SCRIPTS / "gradscaler_training.py"], out,
+                    NANHUNT_ON_NONFINITE="raise")
+    assert r.returncode == 0 and r.stdout == scaler_run.stdout, r.stderr
+    assert "first non-finite: origin aten::sum (backward) at step 0" in r.stderr  # the plant
+    script = tmp_path / "nan_gradient.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "scaler = torch.amp.GradScaler('cpu')\n"
+        "x, y = torch.randn(16, 8), torch.randn(16, 1)\n"
+        "for step in range(4):\n"
+        "    opt.zero_grad()\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        loss = torch.nn.functional.mse_loss(model(x).float(), y)\n"
+        "    if step == 2:\n"
+        "        loss = loss + (model.weight * 0).norm()  # its gradient is 0/0\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n"
+        "    print('finished step', step, flush=True)\n")
+    stopped = preload_run([PYTHON, script], tmp_path / "nan", NANHUNT_ON_NONFINITE="raise")
+    assert stopped.returncode == 1
+    assert "NonFiniteError: nanhunt: non-finite values first produced by aten::div " \
+        "(backward) at step 2" in stopped.stderr, stopped.stderr
+    assert stopped.stdout.splitlines() == ["finished step 0", "finished step 1"]
+
+
 def test_abort_kills_the_process_after_the_trace_has_the_origin(out):
     r = preload_run([PYTHON, SCRIPTS / "overflow_dot.py"], out,
                     NANHUNT_ON_NONFINITE="abort")
