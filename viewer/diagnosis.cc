@@ -1,5 +1,6 @@
 #include "viewer/diagnosis.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/match.h"
@@ -48,6 +49,33 @@ double SkippedShare(const RunSummary& s) {
   if (s.loss_scale.empty()) return 0;
   return static_cast<double>(s.skipped_steps.size()) /
          static_cast<double>(s.loss_scale.size());
+}
+
+// How many steps at its start a GradScaler skipped while its scale settled,
+// when it handled every inf/NaN of the run: each non-finite step is one it
+// skipped, and past those first steps it skipped few (as it does when it
+// grows its scale again, every growth_interval steps). -1 when the run is
+// not so.
+int64_t StepsTheScalerHandled(const RunSummary& s) {
+  if (s.loss_scale.empty() || s.skipped_steps.empty()) return -1;
+  for (int64_t step : s.nonfinite_steps) {
+    if (std::find(s.skipped_steps.begin(), s.skipped_steps.end(), step) ==
+        s.skipped_steps.end()) {
+      return -1;
+    }
+  }
+  int64_t settling = 0;
+  while (settling < static_cast<int64_t>(s.skipped_steps.size()) &&
+         s.skipped_steps[settling] == s.loss_scale.front().step + settling) {
+    ++settling;
+  }
+  const int64_t after = static_cast<int64_t>(s.loss_scale.size()) - settling;
+  const int64_t skipped_after = static_cast<int64_t>(s.skipped_steps.size()) - settling;
+  if (after <= 0 ||
+      static_cast<double>(skipped_after) >= kSkippedStepsShare * static_cast<double>(after)) {
+    return -1;
+  }
+  return settling;
 }
 
 void AddWarningTrend(const RunSummary& s, const std::string& op, Diagnosis& d) {
@@ -259,9 +287,12 @@ Diagnosis Diagnose(const RunSummary& s) {
     return d;
   }
   // A GradScaler keeps backward overflows out of the weights, at the price
-  // of the steps it skips: past a share of them, training stalls.
+  // of the steps it skips: past a share of them, training stalls. Unless
+  // they were the first steps, while its scale settled, and it skipped
+  // every step with inf/NaN: what a GradScaler is for.
+  const int64_t settling = StepsTheScalerHandled(s);
   const double skipped = SkippedShare(s);
-  if (!s.loss_scale.empty() && skipped >= kSkippedStepsShare) {
+  if (!s.loss_scale.empty() && skipped >= kSkippedStepsShare && settling < 0) {
     Diagnosis d;
     d.kind = "skipped_steps";
     d.title = absl::StrCat("Stalled training: GradScaler skipped ", Percent(skipped),
@@ -286,15 +317,15 @@ Diagnosis Diagnose(const RunSummary& s) {
       d.op = s.ops.front().op;
     }
     d.fixes.push_back(absl::StrCat(
-        "find the op that overflows each step: run without the scaler's "
-        "skipping once (or NANHUNT_ON_NONFINITE=raise); then "
-        "NANHUNT_FP32_OPS=", d.op.empty() ? "<op>" : d.op, " or bf16"));
+        "give the op whose gradients overflow more range (each skipped step's "
+        "origin is in the trace): NANHUNT_FP32_OPS=", d.op.empty() ? "<op>" : d.op,
+        " or bf16"));
     d.fixes.push_back(
         "a scale that only falls means the gradients overflow at any scale: "
         "lower the learning rate or clip gradients");
     return d;
   }
-  if (s.first_origin) return BackwardOverflow(s, *s.first_origin);
+  if (s.first_origin && settling < 0) return BackwardOverflow(s, *s.first_origin);
   // Underflow harms where values are fp16 (they flush to zero); fp32 and
   // bf16 hold them, and theirs is a forecast for a switch to fp16.
   const PhaseTotals* backward = Phase(s, "backward");
@@ -327,6 +358,21 @@ Diagnosis Diagnose(const RunSummary& s) {
   Diagnosis d;
   d.kind = "healthy";
   d.title = "Healthy: no non-finite values, nothing close to fp16's limit";
+  if (settling >= 0) {
+    d.title = "Healthy: every inf/NaN was in gradients GradScaler skipped";
+    AddLossScale(s, d);
+    if (settling > 0) {
+      d.evidence.push_back(absl::StrCat(
+          "its first ", settling, " step", settling == 1 ? " was" : "s were",
+          " skipped while its scale settled (it starts high and halves it at "
+          "each overflow), as GradScaler does"));
+    }
+    if (s.first_origin) {
+      const FindingRow& f = *s.first_origin;
+      d.evidence.push_back(absl::StrCat("the first overflow: ", f.op, " (", f.phase,
+                                        ") at step ", f.step));
+    }
+  }
   // Warnings that are news: fp16 values nearing 65504. Wider formats' are a
   // forecast (the view's WOULD OVERFLOW IN FP16); under a GradScaler the
   // gradients are scaled up to the limit on purpose: it grows its scale
@@ -352,7 +398,7 @@ Diagnosis Diagnose(const RunSummary& s) {
     d.fixes.push_back(absl::StrCat(
         "if it keeps growing it will overflow: NANHUNT_FP32_OPS=auto switches "
         "such ops to fp32 before they do"));
-  } else {
+  } else if (settling < 0) {
     d.evidence.push_back(absl::StrCat(
         "every checked output of ", s.steps, " steps was finite",
         s.mask_ops.empty() ? ""

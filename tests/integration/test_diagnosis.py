@@ -77,6 +77,34 @@ def test_gradients_a_gradscaler_scales_near_the_limit_are_no_warning(out, tmp_pa
     assert "float32 values of aten::sum (forward) reached |x| = 120000" in evidence, evidence
 
 
+def test_a_gradscaler_settling_its_scale_is_healthy_not_stalled(out, tmp_path):
+    # A GradScaler that starts too high skips its first steps, halving its
+    # scale at each, then trains: what it is for. With 6 of 30 steps
+    # skipped that was "Stalled training" (and, under the share, "NaN
+    # mid-training: gradients overflowed").
+    preload_script(
+        tmp_path / "settling_scaler.py",
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=1e-3)\n"
+        "scaler = torch.amp.GradScaler('cpu', init_scale=2.0 ** 24)\n"
+        "x, y = torch.randn(256, 8), torch.randn(256, 1)\n"
+        "for step in range(30):\n"
+        "    opt.zero_grad()\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        loss = torch.nn.functional.mse_loss(model(x).float(), y)\n"
+        "    scaler.scale(loss).backward()\n"
+        "    scaler.step(opt)\n"
+        "    scaler.update()\n", out)
+    j = view_json(out)
+    assert j["skipped_steps"] and j["skipped_steps"] == list(range(len(j["skipped_steps"])))
+    d = j["diagnosis"]
+    assert (d["kind"], d["title"]) == (
+        "healthy", "Healthy: every inf/NaN was in gradients GradScaler skipped"), d
+    assert any("skipped while its scale settled" in e for e in d["evidence"]), d
+
+
 def test_forward_overflow_names_the_fixes_an_expert_would_try(out):
     r = preload_run([PYTHON, DEMO], out)
     assert r.returncode == 0, r.stderr
