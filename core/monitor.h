@@ -156,11 +156,11 @@ enum class Verdict {
 
 // A nested op whose non-finite outputs its own inputs cannot explain: an
 // input it overwrote was not checked before (CPU baddbmm's addmm_ into a
-// copy of the additive mask), or non-finite values no op made (CPU fp16
-// mean casts its result buffer, uninitialised, to fp32 before summing into
-// it). Recorded when the enclosing op ends (Monitor::SettleDeferral), by
-// what became of them: a mask the enclosing op carried, garbage it
-// overwrote, or non-finite values that stand.
+// copy of the additive mask), or non-finite values no op made (memory the
+// enclosing op's kernel filled, or left unwritten). Recorded when the
+// enclosing op ends (Monitor::SettleDeferral), by what became of them: a
+// mask the enclosing op carried, garbage overwritten by then, or non-finite
+// values that stand.
 struct Deferral {
   std::string op, top_op, forward_op;
   Phase phase = Phase::kForward;

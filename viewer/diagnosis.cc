@@ -389,8 +389,10 @@ Diagnosis Diagnose(const RunSummary& s) {
   }
   if (nearing != nullptr) {
     const FindingRow& w = *nearing;
-    d.title = "Healthy so far: no non-finite values, but values are nearing "
-              "fp16's limit";
+    if (settling < 0) {
+      d.title = "Healthy so far: no non-finite values, but values are nearing "
+                "fp16's limit";
+    }
     d.op = w.op;
     d.evidence.push_back(absl::StrFormat(
         "%s (%s) reached |x| = %.6g, %.0f%% of 65504, at step %d", w.op, w.phase,

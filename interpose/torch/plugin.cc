@@ -657,9 +657,9 @@ bool CastsResultBuffer(const Frame& parent, const OpTraits& traits,
 
 // At the end of the op of frame `index`, the nested ops it was to explain:
 // its verdict says whether their non-finite values were a mask it carried;
-// values overwritten since (CPU fp16 mean's garbage cast, then summed into)
-// were never data. An op deferred in turn, or not judged (aten::to around
-// the _to_copy), hands them on.
+// values overwritten since (a buffer's garbage, then written) were never
+// data. An op deferred in turn, or not judged (aten::to around a
+// _to_copy), hands them on.
 void SettleDeferred(ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   Frame* parent = nullptr;
