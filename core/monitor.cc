@@ -203,7 +203,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     if (e.late_step >= 0) WriteLateStepsLocked(e.late_step);
     // A non-finite op is counted once judged: a mask is no non-finite op,
     // a deferred one is counted, or not, when its enclosing op ends.
-    if (!nonfinite) CountOpLocked(e, /*nonfinite=*/false);
+    if (!nonfinite) CountOpLocked(e, max_abs, /*nonfinite=*/false);
     if (nonfinite && e.phase == Phase::kBackward && step_bad_backward_op_.empty()) {
       // Where non-finite gradients were first made, whatever the verdict:
       // a gradient is never a mask. The op the autograd node called (mul),
@@ -257,7 +257,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
   return mask_constants ? Verdict::kMaskConstants : Verdict::kClean;
 }
 
-void Monitor::CountOpLocked(const OpEvent& e, bool nonfinite) {
+void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite) {
   LateStep* late = LateStepOf(e);
   StepStats& step_stats = late != nullptr ? late->ops[e.op] : ops_[e.op];
   const int p = static_cast<int>(e.phase);
@@ -268,7 +268,6 @@ void Monitor::CountOpLocked(const OpEvent& e, bool nonfinite) {
     s.calls += 1;
     MergeCounts(s.counts, t.counts);
   }
-  const double max_abs = TotalMaxAbs(e.outputs);
   if (late != nullptr) {
     ++late->ops_count;
     if (nonfinite) ++late->nonfinite_ops;
@@ -292,7 +291,7 @@ void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
   e.thread = d.thread;
   e.outputs = d.outputs;
   absl::MutexLock lock(&mu_);
-  CountOpLocked(e, /*nonfinite=*/settled == Settled::kStands);
+  CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/settled == Settled::kStands);
   if (settled == Settled::kMask) {
     mask_ops_.insert(d.op);
     return;
@@ -363,7 +362,8 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     inputs = context.Inputs();
     if (IsMasking(e, total, inputs, context)) {
       absl::MutexLock lock(&mu_);
-      CountOpLocked(e, /*nonfinite=*/false);  // a mask is not a non-finite step
+      // A mask is not a non-finite step.
+      CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false);
       mask_ops_.insert(std::string(e.op));
       return Verdict::kMasked;
     }
@@ -422,7 +422,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   }
   {
     absl::MutexLock lock(&mu_);
-    CountOpLocked(e, /*nonfinite=*/true);
+    CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/true);
     // Under torch.distributed, non-finite values that no op of this process
     // made, in memory a collective wrote, came from another rank (a
     // gradient all-reduce spreads one rank's NaN to every rank).

@@ -306,9 +306,11 @@ class Monitor {
   // pass without any op checked, and is still a step).
   void WriteStepLocked(int64_t step, double now, bool ended = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds `e`'s outputs to its op's statistics and to the step's totals
-  // (counted an op with non-finite outputs when `nonfinite`).
-  void CountOpLocked(const OpEvent& e, bool nonfinite) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `e`'s outputs (largest magnitude `max_abs`) to its op's statistics
+  // and to the step's totals (counted an op with non-finite outputs when
+  // `nonfinite`).
+  void CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FindingRow MakeFinding(const char* kind, const OpEvent& e,
                          const CheckCounts& total, Format format) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
