@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <ctime>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -569,6 +570,11 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   }
   ts.output_facts.clear();
   ts.output_tensors.clear();
+  // Held only while the op is judged: kept past its end, the last output
+  // of each thread outlived the user's last reference (its memory, and its
+  // Python object for weakrefs), and went at thread exit, where releasing
+  // a Python-held tensor takes the GIL.
+  absl::Cleanup release_outputs = [&ts] { ts.output_tensors.clear(); };
   // Ops made of nested ops reuse what those found for the same memory
   // (results remembered since this op began); all others scan.
   CheckOutputs(fn.outputs(), OutputOwner{frame.name, call.phase, -1, traits.composite},

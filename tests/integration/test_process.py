@@ -176,3 +176,15 @@ def test_torch_compile_tracing_does_not_switch_monitoring_off(out, tmp_path):
     assert not any("monitoring stopped" in p for p in report["problems"])
     # Tracing works out shapes on meta tensors: no values, none unchecked.
     assert report["unchecked_ops"] == [], report["unchecked_ops"]
+
+
+def test_no_tensor_outlives_its_last_reference(out):
+    # Monitored, every tensor goes when the program lets go of it, as it
+    # does unmonitored: its memory is free again and its weakrefs are dead.
+    script = SCRIPTS / "tensors_freed_after_ops.py"
+    plain = run([PYTHON, script])
+    monitored = preload_run([PYTHON, script], out)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert "alive" not in plain.stdout, plain.stdout
+    assert monitored.stdout == plain.stdout, monitored.stdout
+    assert len(plain.stdout.splitlines()) == 8
