@@ -9,6 +9,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+# A rank that aborts (one CI run saw "terminate called without an active
+# exception" in rank 0 at exit, never reproduced since) prints every
+# thread's C++ stack, so the next one says where.
+torch._C._set_print_stack_traces_on_fatal_signal(True)
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
