@@ -180,7 +180,8 @@ const Setting kSettings[] = {
      }},
     {{"NANHUNT_KERNEL_NAMES", "auto", "auto, 1 or 0 (also true/false, on/off)",
       "on a GPU, name the kernels each op launched through CUPTI: auto from "
-      "the first result near fp16's limit or non-finite, or sample mode's "
+      "the first result near fp16's limit or non-finite (but for the "
+      "gradients a GradScaler scales up to it on purpose), or sample mode's "
       "first escalation (CUPTI's callback on every launch costs about 1.5 us); "
       "1 from the first GPU op; CUPTI 13.0 takes one subscriber per process, "
       "so a torch.profiler started after nanhunt subscribed gets no GPU "

@@ -202,10 +202,11 @@ void EscalateOnVerdict(Session& session, const std::string& op, Verdict verdict)
                                                  : " had non-finite values"));
 }
 
-// Inf (no NaN) in gradients a GradScaler scales: the overflow it scales
-// them into on purpose, and skips the step for (routinely in its first
-// steps, while its scale settles). Not what NANHUNT_ON_NONFINITE stops
-// training for; NaN made of finite gradients (0/0, sqrt of a negative) is.
+// Inf (no NaN), or values near the limit, in gradients a GradScaler
+// scales: the overflow it scales them into on purpose, and skips the step
+// for (routinely in its first steps, while its scale settles). Not what
+// NANHUNT_ON_NONFINITE stops training for, nor what kernel names are
+// started for; NaN made of finite gradients (0/0, sqrt of a negative) is.
 template <class Outputs>
 bool ScalerOverflow(bool scaled_gradients, const Outputs& outputs) {
   if (!scaled_gradients) return false;
@@ -221,7 +222,12 @@ bool ScalerOverflow(bool scaled_gradients, const Outputs& outputs) {
 void OnLateVerdict(const LateOp& op, Verdict verdict) {
   Session* session = Session::Get();
   if (session == nullptr) return;
-  if (!IsQuiet(verdict)) NameKernelsFromNowOn();
+  // Kernel names, whose CUPTI callback costs on every launch from then on,
+  // are for what the user must find: not for the gradients a GradScaler
+  // scaled up to fp16's limit, and past it, on purpose (no NaN among them).
+  if (!IsQuiet(verdict) && !ScalerOverflow(op.scaled_gradients, op.outputs)) {
+    NameKernelsFromNowOn();
+  }
   EscalateOnVerdict(*session, op.op, verdict);
   LiveSettings& live = session->live();
   bool fp16 = false;

@@ -25,12 +25,21 @@
 //                                     fp32 buffer with non_blocking=True
 //   host_gpu_ops mask-constants       masks of torch.finfo(dtype).min, one
 //                                     cast to fp16 (-inf)
+//   host_gpu_ops scaled-gradients [forward]
+//                                     a loss scale in use (a real CPU
+//                                     _amp_update_scale_ at each step's
+//                                     end), and in backward a GPU matmul
+//                                     near fp16's limit at step 1 and past
+//                                     it at step 2; forward: that matmul
+//                                     runs in the forward pass instead
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <torch/torch.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
+#include <thread>
 #include <functional>
 #include <string>
 #include <vector>
@@ -337,6 +346,65 @@ int AsyncCopy() {
   return 0;
 }
 
+// 16 x value^2 in fp16, on the GPU: 16 x 61^2 = 59536 is 91% of fp16's
+// 65504, 16 x 300^2 is past it.
+void GpuMatmulOf(double value) {
+  const at::Tensor a = GpuFull({16, 16}, value);
+  Mm(a, a);
+}
+
+double MatmulValueAt(int step) { return step == 1 ? 61.0 : step == 2 ? 300.0 : 1.0; }
+
+// The identity, whose backward runs GpuMatmulOf(`value`) first: a GPU
+// op of the backward pass, in the gradients a loss scale scales.
+struct GpuOpInBackward : torch::autograd::Function<GpuOpInBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               double value) {
+    ctx->saved_data["value"] = value;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    GpuMatmulOf(ctx->saved_data["value"].toDouble());
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+// GradScaler's routine: its scale is known from step 0's update on, and
+// a matmul of the gradients it scales nears fp16's limit at step 1 and
+// passes it at step 2, which the scaler skips. Each step starts with a
+// GPU add, and ends after a pause in which the results arrive, as on a
+// GPU a step behind.
+int ScaledGradients(bool in_forward) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(8, 1);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
+  const torch::Tensor x = torch::randn({16, 8});
+  const torch::Tensor y = torch::randn({16, 1});
+  torch::Tensor scale = torch::full({}, 1024.0);
+  torch::Tensor growth_tracker = torch::zeros({}, torch::kInt);
+  torch::Tensor found_inf = torch::zeros({});
+  for (int step = 0; step < 4; ++step) {
+    const at::Tensor one = GpuFull({4}, 1.0);
+    Add(one, one);
+    optimizer.zero_grad();
+    torch::Tensor out = model->forward(x);
+    if (in_forward) {
+      GpuMatmulOf(MatmulValueAt(step));
+    } else {
+      out = GpuOpInBackward::apply(out, MatmulValueAt(step));
+    }
+    torch::Tensor loss = torch::mse_loss(out, y) * scale;
+    loss.backward();
+    optimizer.step();
+    found_inf.fill_(step == 2 ? 1.0 : 0.0);
+    at::_amp_update_scale_(scale, growth_tracker, found_inf, 2.0, 0.5, 2000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::printf("step %d scale %g\n", step, scale.item<double>());
+  }
+  return 0;
+}
+
 // a + a for a few fp16 values, with no ATen op on the host: an op as
 // small as a GPU op is to the host, and nothing else the callbacks see.
 at::Tensor PlainAdd(const at::Tensor& a) {
@@ -375,7 +443,10 @@ int main(int argc, char** argv) {
   if (what == "casts-and-fills") return CastsAndFills();
   if (what == "async-copy") return AsyncCopy();
   if (what == "mask-constants") return MaskConstants();
+  if (what == "scaled-gradients") {
+    return ScaledGradients(argc > 2 && std::string(argv[2]) == "forward");
+  }
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | loop N\n");
   return 2;
 }

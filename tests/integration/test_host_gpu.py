@@ -249,3 +249,23 @@ def test_without_a_driver_the_real_library_steps_aside_and_says_so(out):
     assert r.stderr.count("nanhunt: a GPU check could not be enqueued (") == 1, r.stderr
     exit_line = next(l for l in r.stderr.splitlines() if "NOT checked" in l)
     assert "could not be enqueued: " in exit_line and "aten::mm (forward) 4" in exit_line
+
+
+@pytest.mark.parametrize("where", ["backward", "forward"])
+def test_kernel_names_start_for_what_the_user_must_find_not_for_a_scalers_gradients(out, where):
+    # A GradScaler scales gradients up to fp16's limit, and past it, on
+    # purpose: a GPU matmul of them near the limit, then at inf, is in the
+    # trace but starts no kernel names, whose CUPTI callback would cost on
+    # every launch from then on. The same matmul in the forward pass does.
+    r = run_gpu_ops(["scaled-gradients", *(["forward"] if where == "forward" else [])], out,
+                    STAND_IN_PRELOAD)
+    assert r.returncode == 0, r.stderr
+    mm = [(f["kind"], f["phase"], f["step"]) for f in findings(out)
+          if f["op"] == "aten::mm" and f["kind"] in ("near_max", "origin")
+          and f["dtype"] == "float16"]
+    assert mm == [("near_max", where, 1), ("origin", where, 2)], mm
+    names = meta(out)["kernel_names_off"]
+    if where == "backward":
+        assert names == "auto: no result came near fp16's limit or non-finite", names
+    else:  # started: the stand-in has no CUPTI to start
+        assert names == "this libnanhunt_cuda.so has no CUPTI support", names
