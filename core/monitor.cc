@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/op_policy.h"
+#include "core/trace_schema.h"
 #include "core/trace_writer.h"
 
 namespace nanhunt {
@@ -597,8 +598,18 @@ int64_t Monitor::skipped_steps() const {
   return skipped_steps_;
 }
 
-void Monitor::OnOptimizerStepEnd() {
+bool Monitor::StepHasNonFinite() const {
   absl::MutexLock lock(&mu_);
+  return step_nonfinite_ops_ > 0;
+}
+
+void Monitor::OnOptimizerStepEnd(bool nonfinite_held) {
+  absl::MutexLock lock(&mu_);
+  if (!nonfinite_held && step_nonfinite_ops_ > 0 && writer_) {
+    writer_->Add(EventRow{clock_(), kNonFiniteDropped,
+                          absl::StrCat("step ", steps_.step(), ": ",
+                                       kNonFiniteDroppedDetail)});
+  }
   WriteStepLocked(steps_.step(), clock_(), /*ended=*/true);
   steps_.OnOptimizerStepEnd();
 }

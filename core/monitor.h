@@ -228,7 +228,14 @@ class Monitor {
 
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();
-  void OnOptimizerStepEnd();
+  // `nonfinite_held`: whether a storage that holds inf/NaN made in the run
+  // may still be alive as the optimizer step ends. When none is and the
+  // step made some, they went with the temporaries that held them (a
+  // softmax's NaN over padding, zeroed right after): an event
+  // kNonFiniteDropped says so for the step.
+  void OnOptimizerStepEnd(bool nonfinite_held = true);
+  // Whether a checked op of the open step had inf/NaN outputs.
+  bool StepHasNonFinite() const;
 
   int64_t step() const;
 

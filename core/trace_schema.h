@@ -33,4 +33,11 @@ CREATE TABLE IF NOT EXISTS unchecked_outputs(
   last_step INTEGER);
 )sql";
 
+// An events row for a step whose inf/NaN were all gone by its optimizer
+// step's end (Monitor::OnOptimizerStepEnd); its detail starts "step N: ".
+inline constexpr const char kNonFiniteDropped[] = "nonfinite_dropped";
+inline constexpr const char kNonFiniteDroppedDetail[] =
+    "every tensor holding the step's inf/NaN was freed by the end of its "
+    "optimizer step: no weight, gradient or buffer held them";
+
 }  // namespace nanhunt

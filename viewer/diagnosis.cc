@@ -263,6 +263,7 @@ Diagnosis Diagnose(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") return NonFiniteInput(s, f);
+    if (auto dropped = DroppedWithinSteps(s, f)) return *dropped;
     // A matmul beside a mask (baddbmm) that made +inf overflowed: its
     // fp32 recomputation is not finite either, for the mask's -inf.
     const bool overflowed_beside_mask = FromMask(f) && IsMatmul(f.op) && f.posinf > 0;

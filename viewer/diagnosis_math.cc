@@ -116,6 +116,31 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
   return d;
 }
 
+std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRow& f) {
+  // Outputs no check read could have carried them anywhere.
+  if (f.kind != "origin" || s.nonfinite_steps.empty() || !s.nonfinite_steps_kept.empty() ||
+      !s.unchecked.empty()) {
+    return std::nullopt;
+  }
+  Diagnosis d;
+  d.kind = "healthy";
+  d.op = f.op;
+  d.title = "Healthy: the inf/NaN made in each step were dropped before any weight";
+  d.evidence.push_back(WhatItGave(f));
+  if (const Singularity* singular = SingularityOf(f)) d.evidence.push_back(singular->cause);
+  if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  d.evidence.push_back(absl::StrCat(
+      "in ", s.nonfinite_steps.size(), " of ", s.steps,
+      " steps; by the end of each one's optimizer step every tensor that held "
+      "them had been freed: they were zeroed or selected away (masked_fill, "
+      "where, nan_to_num), and no weight, gradient or buffer held inf/NaN"));
+  d.fixes.push_back(
+      "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise "
+      "stops at the first): mask with torch.finfo(dtype).min instead of -inf, "
+      "or keep one position of every row unmasked");
+  return d;
+}
+
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));

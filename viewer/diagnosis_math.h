@@ -21,4 +21,13 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f);
 // InvalidMath explains. Otherwise nullopt.
 std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow& f);
 
+// A healthy diagnosis when the first origin `f` was made by an op (not
+// data, not another rank) and every step with inf/NaN dropped them before
+// they reached a weight: each such step's trace says its inf/NaN were all
+// freed with the temporaries that held them by its optimizer step's end
+// (a softmax's NaN over a fully masked row, zeroed right after, and the
+// NaN its backward makes there, which masked_fill's backward zeroes).
+// Otherwise nullopt.
+std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRow& f);
+
 }  // namespace nanhunt

@@ -187,6 +187,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   std::map<std::tuple<std::string, std::string, std::string>, UncheckedRow> unchecked;
   std::map<std::string, PhaseTotals> phases;
   std::set<int64_t> bad_steps;
+  std::set<int64_t> kept_steps;  // of bad_steps
   for (const Trace& t : traces) {
     s.traces.push_back(t.path);
     for (const auto& p : t.problems) s.problems.push_back(t.path + ": " + p);
@@ -362,7 +363,12 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     }
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
-      if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
+      if (st.nonfinite_ops == 0) continue;
+      bad_steps.insert(st.step);
+      if (std::find(t.dropped_steps.begin(), t.dropped_steps.end(), st.step) ==
+          t.dropped_steps.end()) {
+        kept_steps.insert(st.step);
+      }
     }
   }
   std::sort(s.mask_ops.begin(), s.mask_ops.end());
@@ -394,6 +400,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   s.dtypes.assign(dtypes.begin(), dtypes.end());
   s.settings.assign(settings.begin(), settings.end());
   s.nonfinite_steps.assign(bad_steps.begin(), bad_steps.end());
+  s.nonfinite_steps_kept.assign(kept_steps.begin(), kept_steps.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
   return s;
 }

@@ -42,6 +42,10 @@ struct RunSummary {
   std::vector<OpTotals> ops;           // ranked by max |x|, highest first
   std::vector<PhaseTotals> phases;
   std::vector<int64_t> nonfinite_steps;
+  // Of those, the steps whose inf/NaN may have outlived them (in a weight,
+  // a gradient, a buffer, a tensor still referenced, or a GPU result): all
+  // but those a trace says were dropped (Trace::dropped_steps).
+  std::vector<int64_t> nonfinite_steps_kept;
   std::vector<LossScaleRow> loss_scale;  // of the first trace that has one
   std::vector<int64_t> skipped_steps;    // steps GradScaler skipped
   // What nanhunt changed in the run (interventions switched on).

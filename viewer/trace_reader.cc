@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/trace_schema.h"
 #include "core/unchecked_outputs.h"
 #include "viewer/run_groups.h"
 
@@ -316,6 +318,19 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           r.started = sqlite3_column_double(s, 5);
           r.ended = sqlite3_column_double(s, 6);
           t.steps.push_back(r);
+        },
+        t.problems);
+  const std::string dropped_sql = absl::StrCat(
+      "SELECT detail FROM events WHERE kind = '", kNonFiniteDropped, "' ORDER BY rowid");
+  Query(db, "events", dropped_sql.c_str(),
+        [&](sqlite3_stmt* s) {
+          // "step N: ..."
+          const std::string detail = Text(s, 0);
+          const absl::string_view rest = absl::StripPrefix(detail, "step ");
+          int64_t step = 0;
+          if (absl::SimpleAtoi(rest.substr(0, rest.find(':')), &step)) {
+            t.dropped_steps.push_back(step);
+          }
         },
         t.problems);
   if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later

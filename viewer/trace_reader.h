@@ -49,6 +49,9 @@ struct Trace {
   std::vector<SkipRow> skips;  // optimizer steps nanhunt skipped (schema 3)
   std::vector<EscalationRow> escalations;  // sample mode (schema 5)
   std::vector<UncheckedRow> unchecked;     // outputs no check read (schema 6)
+  // Steps whose inf/NaN were all freed with their temporaries by the end of
+  // their optimizer step (events kNonFiniteDropped).
+  std::vector<int64_t> dropped_steps;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   std::vector<std::string> problems;  // what could not be read, and why
 };

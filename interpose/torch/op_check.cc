@@ -38,10 +38,18 @@ struct QuietScope {
 };
 
 absl::Mutex g_registry_mu;
+// What the registry knows of a storage: its state and, for a host op's
+// output, the storage itself, held weakly: whether it is still alive
+// (NonFiniteStillHeld). Results that arrive later know only the memory.
+struct RegisteredStorage {
+  StorageState state = StorageState::kFinite;
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  bool known = false;  // `storage` was given
+};
 // Leaked on purpose: used by callbacks until the process ends.
 // Storages whose last check found inf/NaN: kNonFinite, or kDeliberate
 // when they were a mask's ±inf. Finite ones are not kept.
-auto* g_nonfinite = new absl::flat_hash_map<const void*, StorageState>();
+auto* g_nonfinite = new absl::flat_hash_map<const void*, RegisteredStorage>();
 std::atomic<size_t> g_nonfinite_size{0};
 
 }  // namespace
@@ -458,11 +466,9 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& ow
   }
 }
 
-void RememberChecked(const at::Tensor& t, StorageState state) {
-  RememberStorage(StorageKey(t), state);
-}
+namespace {
 
-void RememberStorage(const void* key, StorageState state) {
+void Remember(const void* key, StorageState state, const at::Tensor* t) {
   if (key == nullptr) return;
   if (state == StorageState::kFinite &&
       g_nonfinite_size.load(std::memory_order_relaxed) == 0) {
@@ -476,15 +482,53 @@ void RememberStorage(const void* key, StorageState state) {
     // otherwise come back as "non-finite data" after the purge.
     if (g_nonfinite->size() >= (1u << 16)) {
       absl::erase_if(*g_nonfinite, [](const auto& entry) {
-        return entry.second == StorageState::kNonFinite;
+        return entry.second.state == StorageState::kNonFinite;
       });
       if (g_nonfinite->size() >= (1u << 15)) g_nonfinite->clear();
     }
-    (*g_nonfinite)[key] = state;
+    RegisteredStorage& entry = (*g_nonfinite)[key];
+    entry.state = state;
+    entry.known = t != nullptr && t->has_storage();
+    entry.storage = entry.known ? t->storage().getWeakStorageImpl()
+                                : c10::weak_intrusive_ptr<c10::StorageImpl>(
+                                      c10::intrusive_ptr<c10::StorageImpl>());
   } else {
     g_nonfinite->erase(key);
   }
   g_nonfinite_size.store(g_nonfinite->size(), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void RememberChecked(const at::Tensor& t, StorageState state) {
+  Remember(StorageKey(t), state, &t);
+}
+
+void RememberStorage(const void* key, StorageState state) {
+  Remember(key, state, nullptr);
+}
+
+bool NonFiniteStillHeld() {
+  if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return false;
+  absl::MutexLock lock(&g_registry_mu);
+  bool held = false;
+  // Freed storages are forgotten on the way: their memory holds nothing
+  // of theirs any more.
+  absl::erase_if(*g_nonfinite, [&held](const auto& entry) {
+    const RegisteredStorage& r = entry.second;
+    if (!r.known) {
+      held |= r.state == StorageState::kNonFinite;  // cannot tell: held
+      return false;
+    }
+    const c10::intrusive_ptr<c10::StorageImpl> alive = r.storage.lock();
+    if (alive && alive->data() == entry.first) {
+      held |= r.state == StorageState::kNonFinite;
+      return false;
+    }
+    return true;
+  });
+  g_nonfinite_size.store(g_nonfinite->size(), std::memory_order_relaxed);
+  return held;
 }
 
 StorageState StorageStateOf(const void* key) {
@@ -493,7 +537,7 @@ StorageState StorageStateOf(const void* key) {
   }
   absl::MutexLock lock(&g_registry_mu);
   auto it = g_nonfinite->find(key);
-  return it == g_nonfinite->end() ? StorageState::kFinite : it->second;
+  return it == g_nonfinite->end() ? StorageState::kFinite : it->second.state;
 }
 
 bool KnownNonFinite(const at::Tensor& t) {

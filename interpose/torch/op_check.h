@@ -158,6 +158,11 @@ bool KnownDeliberate(const at::Tensor& t);  // a mask's ±inf
 const void* StorageKey(const at::Tensor& t);
 void RememberStorage(const void* key, StorageState state);
 StorageState StorageStateOf(const void* key);
+// Whether a storage known to hold inf/NaN (not a mask's) may still be
+// alive: true for one alive, or only known by its memory (a GPU result).
+// A step whose inf/NaN all went with the temporaries that held them
+// changed no weight, gradient or buffer with them.
+bool NonFiniteStillHeld();
 
 // GradScaler's scales (core/loss_scale_storages.h), and whether an op's
 // inputs or outputs include one: such an op is OpEvent::loss_scaling.

@@ -843,7 +843,14 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
       switch (ts.frames[index].kind) {
         case FrameKind::kOptimizer:
           --ts.optimizer_depth;
-          Session::Get()->monitor().OnOptimizerStepEnd();
+          {
+            // Whether the step's inf/NaN outlived it is asked only when
+            // every op is checked: in sample mode an unsampled op may have
+            // carried them into a weight unseen.
+            Monitor& monitor = Session::Get()->monitor();
+            monitor.OnOptimizerStepEnd(Session::Get()->sampler() != nullptr ||
+                                       !monitor.StepHasNonFinite() || NonFiniteStillHeld());
+          }
           // A step's checks held back for a batch go at its end, not with
           // the next step's first ops: whatever the process does in between
           // (an evaluation, a checkpoint, a stall for data), the step's

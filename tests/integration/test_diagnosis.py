@@ -152,3 +152,28 @@ def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     assert "recomputed in fp32 it is not finite either" in evidence
     assert "E[x^2] - E[x]^2" in evidence
     assert "torch.var" in " ".join(d["fixes"])
+
+
+@pytest.mark.parametrize("mode,weights,statistic", [
+    ("dropped", True, True), ("leak", False, True), ("buffer", True, False),
+    ("kept", True, True)])
+def test_inf_nan_dropped_within_each_step_is_healthy_and_only_then(out, mode, weights, statistic):
+    # A softmax over fully masked rows is NaN every step. Zeroed right after
+    # (its backward's NaN zeroed by masked_fill's backward), it never reaches
+    # a weight: healthy, with the origin still named. The same NaN in the
+    # weights, in a running statistic, or in a tensor still referenced at
+    # the step's end is no such case.
+    r = preload_run([PYTHON, SCRIPTS / "padded_attention_by_hand.py", mode], out)
+    assert r.returncode == 0, r.stderr
+    assert f"weights finite {weights}, statistic finite {statistic}" in r.stdout
+    j = view_json(out)
+    d = j["diagnosis"]
+    first = j["first_origin"]
+    assert (first["op"], first["step"]) == ("aten::_softmax", 0), first
+    if mode == "dropped":
+        assert d["kind"] == "healthy", d
+        assert d["title"].startswith("Healthy: the inf/NaN made in each step were dropped"), d
+        assert any("every position masked" in e for e in d["evidence"]), d
+        assert any("in 4 of 4 steps" in e for e in d["evidence"]), d
+    else:
+        assert d["kind"] == "invalid_math", d

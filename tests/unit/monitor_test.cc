@@ -550,6 +550,28 @@ TEST_F(TracedMonitorTest, ScalerUpdateInTwoPartsRecordsTheStepItRanIn) {
   EXPECT_TRUE(t->loss_scale[1].skipped);
 }
 
+// A step whose inf/NaN were all freed by its optimizer step's end says so
+// in the trace; one whose inf/NaN may still be held, or a finite one, not.
+TEST_F(TracedMonitorTest, AStepWhoseInfNanWereFreedByItsEndIsRecordedAsDropped) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  const TensorFacts fine = Fp16(0, 0x4000);
+  OpEvent e;
+  e.op = "aten::_softmax";
+  e.phase = Phase::kForward;
+  for (const bool held : {false, true, false}) {  // steps 0, 1, 2 (finite)
+    e.outputs = absl::MakeConstSpan(m.step() == 2 ? &fine : &overflowed, 1);
+    m.OnOp(e, ctx);
+    m.OnOptimizerStepBegin();
+    m.OnOptimizerStepEnd(/*nonfinite_held=*/held);
+  }
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->dropped_steps, std::vector<int64_t>{0});
+}
+
 // The host runs ahead of the GPU: a step ends at its last op's launch, and
 // results of its ops may come in while the next step runs. They count in
 // their own step, in op_stats and in the steps table, not in the step that

@@ -1,0 +1,48 @@
+# Attention written by hand over padded sequences: padded keys are masked
+# with -inf, so the softmax rows of an all-padding sequence are NaN. MODE
+# (argv[1]) says what becomes of that NaN:
+#   dropped  zeroed right after (masked_fill), as padded queries are; its
+#            backward makes NaN there too, which masked_fill's backward
+#            zeroes: no weight or gradient ever holds any
+#   leak     not zeroed: it reaches the weights
+#   buffer   zeroed, but first averaged into a running statistic
+#   kept     zeroed, but the softmax is kept in a list (logged for later)
+# Prints whether the weights and the statistic ended finite.
+import sys
+
+import torch
+
+mode = sys.argv[1]
+torch.manual_seed(0)
+B, T, D = 4, 8, 16
+proj = torch.nn.Linear(D, 3 * D)
+out = torch.nn.Linear(D, 1)
+opt = torch.optim.SGD([*proj.parameters(), *out.parameters()], lr=0.01)
+lengths = torch.tensor([8, 5, 3, 0])  # the last sequence is all padding
+keep = torch.arange(T)[None] < lengths[:, None]
+stats = torch.zeros(T)
+logged = []
+
+
+def attend(x):
+    q, k, v = proj(x).chunk(3, -1)
+    scores = (q @ k.transpose(1, 2)) / D ** 0.5
+    scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
+    weights = scores.softmax(-1)
+    attn = weights if mode == "leak" else weights.masked_fill(~keep[:, :, None], 0.0)
+    if mode == "buffer":
+        with torch.no_grad():
+            stats.mul_(0.9).add_(weights.mean((0, 1)) * 0.1)
+    if mode == "kept":
+        logged.append(weights)
+    return (attn @ v).sum(1)
+
+
+for step in range(4):
+    x, y = torch.randn(B, T, D), torch.randn(B, 1)
+    loss = torch.nn.functional.mse_loss(out(attend(x)), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+weights_finite = all(torch.isfinite(p).all().item() for p in proj.parameters())
+print(f"weights finite {weights_finite}, statistic finite {torch.isfinite(stats).all().item()}")
