@@ -19,7 +19,9 @@ class LateContext final : public OpContext {
       InputFacts f;
       f.arg_index = in.arg_index;
       f.dtype = in.dtype;
-      f.shape = absl::StrCat("[", absl::StrJoin(in.sizes, ", "), "]");
+      f.shape = !in.nested_shape.empty()
+                    ? in.nested_shape
+                    : absl::StrCat("[", absl::StrJoin(in.sizes, ", "), "]");
       f.checked = true;
       f.from_collective = in.from_collective;
       if (in.checked_on_host) {

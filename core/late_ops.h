@@ -37,6 +37,7 @@ struct LateInput {
   // Its sizes, formatted ("[4, 4]") only when its op is judged non-finite:
   // a foreach op's hundreds of inputs would otherwise cost a string each.
   absl::InlinedVector<int64_t, 6> sizes;
+  std::string nested_shape;  // a nested tensor's, which has no sizes
   const void* storage = nullptr;  // device tensors: judged at delivery
   bool from_collective = false;   // a collective wrote it (at enqueue)
   bool checked_on_host = false;   // host tensors: checked at enqueue

@@ -30,7 +30,8 @@ CudaLibrary& Library(Session& session) {
 }
 
 bool IsCheckableOnDevice(const at::Tensor& t) {
-  return t.defined() && t.is_cuda() && t.layout() == at::kStrided &&
+  // A nested tensor has no sizes or strides to give the check kernel.
+  return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_nested() &&
          t.has_storage() && torch_compat::FormatOf(t.scalar_type()) &&
          !WithoutOwnMemory(t);
 }
@@ -133,7 +134,11 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     LateInput in;
     in.arg_index = index;
     in.dtype = std::string(c10::toString(t.scalar_type()));
-    in.sizes.assign(t.sizes().begin(), t.sizes().end());
+    if (t.is_nested()) {
+      in.nested_shape = ShapeOf(t);
+    } else {
+      in.sizes.assign(t.sizes().begin(), t.sizes().end());
+    }
     if (t.is_cuda()) {
       in.storage = StorageKey(t);
       in.from_collective = session.monitor().IsCollective(in.storage);

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -25,10 +26,6 @@
 namespace nanhunt {
 namespace {
 
-std::string ShapeOf(const at::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-}
-
 // Our own tensor work (copies, the fp32 recomputation) must be invisible:
 // to our callbacks, to profilers, to autograd and to autocast.
 struct QuietScope {
@@ -36,6 +33,33 @@ struct QuietScope {
   at::NoGradGuard no_grad;
   c10::impl::ExcludeDispatchKeyGuard no_autocast{c10::autocast_dispatch_keyset};
 };
+
+// A nested tensor (torch.nested; what nn.TransformerEncoder's fast path
+// makes of a padded batch in eval mode) has no sizes or strides of its own:
+// they throw. Its values are its components', each an ordinary view.
+std::vector<at::Tensor> ComponentsOf(const at::Tensor& nested) {
+  QuietScope quiet;
+  return nested.unbind();
+}
+
+// "[3, 3..5, 16] (nested)": how many components, then each dimension's
+// size, or its range where the components differ (torch.Size([3, j1, 16])
+// for a jagged one).
+std::string NestedShapeOf(const std::vector<at::Tensor>& components) {
+  std::vector<std::string> dims = {absl::StrCat(components.size())};
+  if (!components.empty()) {
+    for (int64_t d = 0; d < components[0].dim(); ++d) {
+      int64_t low = components[0].size(d), high = low;
+      for (const at::Tensor& c : components) {
+        low = std::min(low, c.size(d));
+        high = std::max(high, c.size(d));
+      }
+      dims.push_back(low == high ? absl::StrCat(low) : absl::StrCat(low, "..", high));
+    }
+  }
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "] (nested)");
+}
+
 
 absl::Mutex g_registry_mu;
 // What the registry knows of a storage: its state and, for a host op's
@@ -389,7 +413,13 @@ bool CopiedFromGpuLater(const std::vector<c10::IValue>& inputs, const OpTraits& 
 bool WithoutOwnMemory(const at::Tensor& t) {
   return t.key_set().has_any(c10::DispatchKeySet(
       {c10::DispatchKey::Python, c10::DispatchKey::Functionalize,
-       c10::DispatchKey::PythonTLSSnapshot}));
+       c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::FuncTorchBatched,
+       c10::DispatchKey::FuncTorchGradWrapper}));
+}
+
+std::string ShapeOf(const at::Tensor& t) {
+  if (t.is_nested()) return NestedShapeOf(ComponentsOf(t));
+  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
 }
 
 namespace {
@@ -417,6 +447,17 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
   const auto format = torch_compat::FormatOf(t.scalar_type());
   if (!format || WithoutOwnMemory(t) || !InHostMemory(t)) return false;
   facts.format = *format;
+  if (t.is_nested()) {
+    const std::vector<at::Tensor> components = ComponentsOf(t);
+    facts.shape = NestedShapeOf(components);
+    facts.counts = CheckCounts{};
+    for (const at::Tensor& c : components) {
+      TensorFacts part;
+      if (!CheckTensor(c, limits, part)) return false;
+      MergeCounts(facts.counts, part.counts);
+    }
+    return true;
+  }
   facts.shape = ShapeOf(t);
   const int64_t n = t.numel();
   if (n == 0) {

@@ -66,9 +66,14 @@ enum class CacheUse {
 bool CopiedFromGpuLater(const std::vector<c10::IValue>& inputs, const OpTraits& traits);
 
 // Tensors without real memory behind them: torch.compile's fake tensors
-// while it traces, functionalization wrappers, tensor subclasses. Their
-// data pointer throws; the real computation is checked where it runs.
+// while it traces, functionalization wrappers, torch.func's vmap and grad
+// wrappers, tensor subclasses. Their data pointer throws; the real
+// computation is checked where it runs.
 bool WithoutOwnMemory(const at::Tensor& t);
+
+// "[4, 16]"; a nested tensor's "[3, 3..5, 16] (nested)" (its components'
+// count, then each dimension's size or range).
+std::string ShapeOf(const at::Tensor& t);
 
 // Checks a floating-point tensor in host memory. False for tensors the
 // check skips (other devices, layouts, integer dtypes); counting those

@@ -1,0 +1,58 @@
+"""Tensors that are not plain strided memory (nested tensors, torch.func's
+wrappers): monitored as what they hold, without stopping the monitoring
+or changing a result."""
+from conftest import PYTHON, SCRIPTS, findings, preload_run, run, view_json
+
+VALIDATION = SCRIPTS / "validation_passes.py"
+
+
+def test_a_validation_pass_on_nested_tensors_keeps_monitoring_on(out):
+    plain = run([PYTHON, VALIDATION])
+    monitored = preload_run([PYTHON, VALIDATION], out)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert monitored.stdout == plain.stdout  # bit-identical results
+    assert "internal error" not in monitored.stderr, monitored.stderr
+    report = view_json(out)
+    assert not any("monitoring stopped" in p for p in report["problems"]), report["problems"]
+    origin = report["first_origin"]
+    assert (origin["op"], origin["step"]) == ("aten::mul", 3), origin
+    assert "validation_passes.py:37" in origin["source"], origin
+    # The fast path's ops ran, and were checked (they hold values).
+    ops = {(o["op"], o["phase"]) for o in report["ops"]}
+    assert ("aten::_transformer_encoder_layer_fwd", "forward") in ops, sorted(ops)
+    assert report["unchecked_ops"] == [], report["unchecked_ops"]
+
+
+def test_an_overflow_in_a_nested_tensor_is_an_origin_with_its_shape(out):
+    plain = run([PYTHON, VALIDATION, "nested"])
+    monitored = preload_run([PYTHON, VALIDATION, "nested"], out)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert monitored.stdout == plain.stdout
+    origin = view_json(out)["first_origin"]
+    assert (origin["op"], origin["step"], origin["dtype"]) == ("aten::mul", 3, "float16"), origin
+    assert "validation_passes.py:35" in origin["source"], origin
+    assert origin["posinf"] == 18 and origin["elements"] == 18, origin  # 2x3 + 4x3
+    # Found in the buffer that holds the components' values, inside the
+    # nested tensor's mul, which is named with its shape.
+    assert (origin["top_op"], origin["outputs"]) == (
+        "aten::mul", "float16[18] max|x|=inf +inf=18"), origin
+    outer = [f for f in findings(out, "propagated") if f["op"] == "aten::mul" and f["top_op"] == ""]
+    assert outer[0]["outputs"] == "float16[2, 2..4, 3] (nested) max|x|=inf +inf=18", outer
+
+
+def test_vmap_and_grad_are_checked_where_they_compute(out, tmp_path):
+    script = tmp_path / "functorch.py"
+    script.write_text(
+        "import torch\nfrom torch.func import grad, vmap\n"
+        "x = torch.full((3, 4), 300.0, dtype=torch.float16)\n"
+        "print(grad(lambda r: r.sin().sum())(torch.ones(3)))\n"
+        "print(vmap(lambda r: r * r)(x).float().sum().item())\n")
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    origin = report["first_origin"]
+    assert (origin["op"], origin["posinf"]) == ("aten::mul", 12), origin
+    assert "functorch.py:5" in origin["source"], origin
+    # The wrappers vmap and grad hand their functions hold no values of
+    # their own: nothing unread to report.
+    assert report["unchecked_ops"] == [], report["unchecked_ops"]
