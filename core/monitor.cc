@@ -197,7 +197,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
           steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
         WriteStepLocked(steps_.step() - 1, now);
       }
-      e.phase = steps_.Refine(e.phase, e.grad_enabled);
+      e.phase = steps_.Refine(e.phase, e.grad_enabled, e.takes_grad_input);
     }
     step_trained_ |= e.takes_grad_input || e.phase == Phase::kBackward;
     // Results of a step before this one's: the GPU is done with it.
@@ -309,7 +309,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
   if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
     WriteStepLocked(steps_.step() - 1, clock_());
   }
-  const Phase refined = steps_.Refine(phase, grad_enabled);
+  const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
   step_trained_ |= takes_grad_input || refined == Phase::kBackward;
   return Position{steps_.step(), refined};
 }

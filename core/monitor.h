@@ -108,7 +108,9 @@ struct OpEvent {
   absl::string_view top_op;      // outermost enclosing op, or empty
   Phase phase = Phase::kForward;
   bool grad_enabled = true;      // grad mode when the op ran
-  bool takes_grad_input = false; // an input requires grad (a parameter)
+  // An input requires grad (a parameter); a nested op's: its top-level
+  // op's, when that started without grad (StepTracker::Refine).
+  bool takes_grad_input = false;
   absl::string_view forward_op;  // backward ops: the forward op of the node
   absl::Span<const TensorFacts> outputs;
   // An op nested inside this one was already an origin or an input finding:

@@ -27,8 +27,11 @@ bool StepTracker::OnOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
   return false;
 }
 
-Phase StepTracker::Refine(Phase phase, bool grad_enabled) const {
-  if (phase == Phase::kForward && !grad_enabled && post_backward_) {
+Phase StepTracker::Refine(Phase phase, bool grad_enabled, bool takes_grad_input) const {
+  // As OnOp decides for a top-level op: parameters fed to ops without grad
+  // after the optimizer step are a forward pass (validation), not the update.
+  const bool forward_without_grad = takes_grad_input && update_ended_;
+  if (phase == Phase::kForward && !grad_enabled && post_backward_ && !forward_without_grad) {
     return Phase::kOptimizer;
   }
   return phase;

@@ -33,8 +33,10 @@ class StepTracker {
   // it began a new step.
   bool OnOp(Phase phase, bool grad_enabled, bool takes_grad_input);
 
-  // The phase to record for an op the caller saw as `phase`.
-  Phase Refine(Phase phase, bool grad_enabled) const;
+  // The phase to record for an op the caller saw as `phase`. A nested op
+  // passes its top-level op's `takes_grad_input`: it ends before that op
+  // does, so before OnOp has seen it.
+  Phase Refine(Phase phase, bool grad_enabled, bool takes_grad_input) const;
   // An optimizer step record began. Returns true when the step number
   // changed (the fallback's advance was undone).
   bool OnOptimizerStepBegin();

@@ -473,6 +473,13 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
 
 // Most ops of a step are views and allocations, whose end has nothing to
 // do: tested inline, before the call to OpEnded and its long prologue.
+bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
+  }
+  return false;
+}
+
 bool HasWorkAtEnd(const OpTraits& traits) {
   return !(traits.view || traits.uninitialised) || traits.scaler_update || traits.collective;
 }
@@ -522,15 +529,13 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
       parent->traits != nullptr && parent->traits->returns_nested_write) {
     return;
   }
-  bool takes_grad_input = false;
-  if (top_op == nullptr) {  // only top-level ops decide steps
-    for (const c10::IValue& v : frame.inputs) {
-      if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) {
-        takes_grad_input = true;
-        break;
-      }
-    }
-  }
+  // Only top-level ops decide steps. A nested op ends before its top-level
+  // op does: the first layer of a validation pass under no_grad, right
+  // after the optimizer step, is told it is a forward pass by its top's
+  // parameters (only that case needs it, so only then is it looked at).
+  const bool takes_grad_input =
+      top == nullptr ? AnyRequiresGrad(frame.inputs)
+                     : !top->grad_at_start && AnyRequiresGrad(top->inputs);
   // Outputs on a GPU are checked there, and judged when results arrive.
   // Copies included: whether their source was finite is not known yet.
   DeviceOpCall call;

@@ -23,6 +23,20 @@ def test_a_validation_pass_on_nested_tensors_keeps_monitoring_on(out):
     assert report["unchecked_ops"] == [], report["unchecked_ops"]
 
 
+def test_a_validation_pass_after_the_optimizer_step_is_forward(out):
+    # Its first layer's ops end before the layer does, so before the layer's
+    # parameters say "a forward pass": they were counted as the update.
+    r = preload_run([PYTHON, VALIDATION], out)
+    assert r.returncode == 0, r.stderr
+    phases = {}
+    for o in view_json(out)["ops"]:
+        phases.setdefault(o["op"], set()).add(o["phase"])
+    for op in ("aten::_transform_bias_rescale_qkv", "aten::_native_multi_head_attention",
+               "aten::addmm"):
+        assert "optimizer" not in phases[op], (op, phases[op])
+    assert "optimizer" in phases["aten::add_"]  # SGD's update is still the update
+
+
 def test_an_overflow_in_a_nested_tensor_is_an_origin_with_its_shape(out):
     plain = run([PYTHON, VALIDATION, "nested"])
     monitored = preload_run([PYTHON, VALIDATION, "nested"], out)

@@ -80,12 +80,12 @@ TEST(StepTracker, NoGradOpsAfterBackwardAreTheUpdateNotANewStep) {
   t.OnOp(Phase::kBackward, true, true);
   // A C++ optimizer (or clip_grad_norm_): grad mode off, after backward.
   EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
-  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kOptimizer);
+  EXPECT_EQ(t.Refine(Phase::kForward, false, true), Phase::kOptimizer);
   EXPECT_EQ(t.step(), 0);
   EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));  // the next forward pass
   EXPECT_EQ(t.step(), 1);
   // Evaluation under no_grad before any backward is still forward.
-  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kForward);
+  EXPECT_EQ(t.Refine(Phase::kForward, false, false), Phase::kForward);
 }
 
 TEST(StepTracker, NoGradForwardPassesAfterTheOptimizerStepAreForward) {
@@ -96,17 +96,20 @@ TEST(StepTracker, NoGradForwardPassesAfterTheOptimizerStepAreForward) {
   t.OnOptimizerStepEnd();
   // GradScaler's update, a scheduler: no parameter, still the update.
   EXPECT_FALSE(t.OnOp(Phase::kForward, false, false));
-  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kOptimizer);
+  EXPECT_EQ(t.Refine(Phase::kForward, false, false), Phase::kOptimizer);
+  // The first ops of an evaluation's first layer (linear's addmm) end
+  // before the top-level op that reads the parameters: told by it.
+  EXPECT_EQ(t.Refine(Phase::kForward, false, true), Phase::kForward);
   // torch.compile's graph (or an evaluation) reads the parameters with
   // grad mode off: a forward pass, and no new step (the optimizer's
   // records count them).
   EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
-  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kForward);
+  EXPECT_EQ(t.Refine(Phase::kForward, false, false), Phase::kForward);
   EXPECT_EQ(t.step(), 1);
   // Its backward, then clipping before the next optimizer step: the update.
   t.OnOp(Phase::kBackward, true, true);
   EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
-  EXPECT_EQ(t.Refine(Phase::kForward, false), Phase::kOptimizer);
+  EXPECT_EQ(t.Refine(Phase::kForward, false, true), Phase::kOptimizer);
 }
 
 }  // namespace
