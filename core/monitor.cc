@@ -316,7 +316,12 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
 
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context) {
-  if (total.nan != 0 || !CarriesMasks(e.op)) return false;
+  if (total.nan != 0) return false;
+  // A composite op's ±inf are masks still when its nested ops were judged
+  // to carry them, or it returns views of a mask it was given: no list of
+  // the ops that keep a mask a mask can name every composite of them.
+  if (e.composite && !e.contains_finding && context.OutputsHoldMasks()) return true;
+  if (!CarriesMasks(e.op)) return false;
   bool any_deliberate = false, any_assumed = false, deliberate_posinf = false;
   for (InputFacts& in : inputs) {
     any_assumed |= in.assumed_finite;

@@ -100,6 +100,10 @@ class OpContext {
   // mask constant (IsMaskConstant), or memory the registry says holds mask
   // constants or deliberate ±inf (a finfo.min mask with -inf added in).
   virtual bool InputsHoldMasks(absl::string_view op) = 0;
+  // Whether every non-finite output (and there is one) is in memory the
+  // registry says holds deliberate ±inf: what a composite op's nested ops
+  // left as masks, or a view of a mask it was given.
+  virtual bool OutputsHoldMasks() = 0;
 };
 
 // One finished op.
@@ -119,6 +123,9 @@ struct OpEvent {
   // A nested op already reported these outputs coming near the limit: the
   // enclosing op (matmul around bmm) does not report them again.
   bool contains_warning = false;
+  // CompositeImplicitAutograd (hstack, broadcast_tensors, fliplr): its
+  // values are its nested ops', or views of its inputs (OutputsHoldMasks).
+  bool composite = false;
   uint64_t thread = 0;
   // Ops checked on the GPU are classified after the fact (core/late_ops.h):
   // the step and phase they ran in, read when they were enqueued. They do

@@ -34,7 +34,8 @@ bool CastsResultBufferFirst(absl::string_view op) { return op == "aten::mean"; }
 bool PassesInputThrough(absl::string_view op) {
   for (absl::string_view name :
        {"aten::_unsafe_view", "aten::lift_fresh", "aten::_reshape_alias",
-        "aten::alias", "aten::detach", "aten::lift"}) {
+        "aten::alias", "aten::detach", "aten::lift", "aten::unsafe_split",
+        "aten::unsafe_chunk", "aten::unsafe_split_with_sizes"}) {
     if (op == name) return true;
   }
   return false;
@@ -110,6 +111,11 @@ bool CarriesMasks(absl::string_view op) {
       "aten::select_scatter", "aten::diagonal_scatter", "aten::index_copy",
       "aten::index_copy_", "aten::masked_select", "aten::take_along_dim",
       "aten::topk",       "aten::sort",        "aten::cummax",       "aten::cummin",
+      "aten::kthvalue",   "aten::median",      "aten::nanmedian",    "aten::mode",
+      "aten::fmax",       "aten::fmin",        "aten::max_pool1d",   "aten::max_pool2d",
+      "aten::max_pool3d", "aten::max_pool1d_with_indices", "aten::max_pool2d_with_indices",
+      "aten::max_pool3d_with_indices", "aten::adaptive_max_pool1d",
+      "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d",
       // An additive mask in a matmul (nn.MultiheadAttention's
       // baddbmm(mask, q, k^T)), log-space sums of masked (log 0) terms.
       "aten::baddbmm",    "aten::rsub",        "aten::logaddexp",    "aten::logsumexp",

@@ -13,8 +13,10 @@ namespace nanhunt {
 bool OutputsAreUninitialised(absl::string_view op);
 
 // Ops that return their input's memory as it is, without a schema alias
-// annotation saying so (_unsafe_view, lift_fresh): checking their output
-// would count the producing op's values twice.
+// annotation saying so (_unsafe_view, lift_fresh, unsafe_split): checking
+// their output would count the producing op's values twice. (Composite
+// ones, broadcast_tensors and atleast_2d, are judged by what the registry
+// says of their outputs' memory: OpContext::OutputsHoldMasks.)
 bool PassesInputThrough(absl::string_view op);
 
 // Ops whose first nested op, on the CPU, casts their result buffer before

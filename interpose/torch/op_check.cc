@@ -790,6 +790,22 @@ bool TorchOpContext::InputsHoldMasks(absl::string_view op) {
   return false;
 }
 
+bool TorchOpContext::OutputsHoldMasks() {
+  // An op that writes a tensor it was given (clamp_) leaves the registry's
+  // word on that memory stale until the op is judged.
+  if (!traits_.written_args.empty() || !traits_.out_args.empty()) return false;
+  bool any = false;
+  for (const at::Tensor& t : outputs_) {
+    TensorFacts facts;
+    if (!CheckTensor(t, limits_, facts) || !AnyNonFinite(facts.counts)) continue;
+    if (StorageStateOf(StorageKey(t)) != StorageState::kDeliberate || facts.counts.nan != 0) {
+      return false;
+    }
+    any = true;
+  }
+  return any;
+}
+
 void TorchOpContext::Locate() {
   if (located_) return;
   located_ = true;

@@ -221,6 +221,7 @@ class TorchOpContext final : public OpContext {
   std::string Stack() override;
   std::optional<double> RecomputeFp32MaxAbs() override;
   bool InputsHoldMasks(absl::string_view op) override;
+  bool OutputsHoldMasks() override;
 
  private:
   void Locate();

@@ -613,6 +613,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.outputs = ts.output_facts;
   event.contains_finding = frame.contains_finding;
   event.contains_warning = frame.contains_warning;
+  event.composite = traits.composite;
   event.thread = fn.threadId();
   event.loss_scaling = TouchesLossScale(frame.inputs, fn.outputs());
   event.scaled_gradients = ScaledGradients(event.phase);

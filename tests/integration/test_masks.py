@@ -158,6 +158,28 @@ def test_masks_by_index_scatter_and_routing_are_healthy(out):
                 ("aten::scatter", "aten::index_put_", "aten::index_fill_", "aten::baddbmm"))
 
 
+SHAPE_OPS = SCRIPTS / "masks_through_shape_ops.py"
+
+
+def test_masks_moved_by_composite_and_selecting_ops_are_healthy(out):
+    # Categorical(logits=masked).log_prob broadcasts the masked logits; each
+    # of these was "a mask became real inf/NaN" (broadcast_tensors, hstack's
+    # atleast_1d, unsafe_split, tile...): a composite op is judged by what
+    # its nested ops made of the mask, and picking ops carry it.
+    run_healthy(SHAPE_OPS, out, ("aten::broadcast_tensors", "aten::hstack", "aten::atleast_3d",
+                                 "aten::tile", "aten::repeat_interleave", "aten::type_as",
+                                 "aten::fmax", "aten::concat"))
+
+
+def test_a_sum_over_a_mask_a_composite_op_moved_is_still_an_origin(out):
+    r = preload_run([PYTHON, SHAPE_OPS], out, MASK_SUMMED="2")
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["step"]) == ("aten::sum", 2), first
+    assert first["source"].endswith("masks_through_shape_ops.py:39 in <module>"), first["source"]
+    assert "put there by a mask" in first["inputs"], first
+
+
 def test_a_loss_over_a_masked_position_is_the_origin_of_its_inf(out):
     # A target that is a banned token: the loss is +inf. The op that made
     # the mask into real inf is named, and the diagnosis says it was a mask

@@ -33,6 +33,8 @@ class FakeContext : public OpContext {
     ++mask_constant_calls;
     return holds_masks;
   }
+  bool outputs_hold_masks = false;  // what OutputsHoldMasks says
+  bool OutputsHoldMasks() override { return outputs_hold_masks; }
 };
 
 TensorFacts Fp16(uint64_t posinf, uint16_t max_bits = 0x5000) {
@@ -52,6 +54,14 @@ InputFacts Input(bool nonfinite, bool produced_by_op) {
   in.counts.elements = 8;
   in.counts.nan = nonfinite ? 1 : 0;
   in.produced_by_op = produced_by_op;
+  return in;
+}
+
+// A tensor holding a mask's deliberate -inf.
+InputFacts MaskInput(uint64_t neginf) {
+  InputFacts in = Input(false, false);
+  in.counts.neginf = neginf;
+  in.deliberate = true;
   return in;
 }
 
@@ -128,9 +138,7 @@ TEST_F(MonitorTest, AMaskFilledWithMinusInfIsNoFinding) {
   EXPECT_EQ(Op("aten::masked_fill", Fp16(4), ctx), Verdict::kMasked);
   // Carried on: the mask added to scores.
   FakeContext add;
-  InputFacts mask = Input(false, false);
-  mask.counts.neginf = 4;
-  mask.deliberate = true;
+  const InputFacts mask = MaskInput(4);
   add.inputs = {Input(false, false), mask};
   EXPECT_EQ(Op("aten::add", Fp16(4), add), Verdict::kMasked);
   // Every op that places a scalar also carries masks: torch.fill(t, -inf).
@@ -142,9 +150,7 @@ TEST_F(MonitorTest, AMaskFilledWithMinusInfIsNoFinding) {
 }
 
 TEST_F(MonitorTest, AMaskThatMakesNaNOrInfOutsideOpsThatCarryMasksIsAnOrigin) {
-  InputFacts mask = Input(false, false);
-  mask.counts.neginf = 8;
-  mask.deliberate = true;
+  const InputFacts mask = MaskInput(8);
   FakeContext softmax;
   softmax.inputs = {mask};
   TensorFacts nan = Fp16(0);
@@ -162,12 +168,39 @@ TEST_F(MonitorTest, AMaskThatMakesNaNOrInfOutsideOpsThatCarryMasksIsAnOrigin) {
       << monitor_.last_origin()->inputs;
 }
 
+TEST_F(MonitorTest, ACompositeOpReturningMasksItsNestedOpsCarriedIsNoFinding) {
+  // torch.hstack([masked, masked]): atleast_1d, then cat carried the mask
+  // into memory the registry now says holds deliberate -inf.
+  const InputFacts mask = MaskInput(4);
+  FakeContext ctx;
+  ctx.inputs = {mask};
+  ctx.outputs_hold_masks = true;
+  OpEvent e;
+  e.op = "aten::hstack";
+  TensorFacts neginf = Fp16(0);
+  neginf.counts.neginf = 4;
+  neginf.counts.max_abs_bits = 0x7C00;
+  e.outputs = absl::MakeConstSpan(&neginf, 1);
+  e.composite = true;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kMasked);
+  EXPECT_EQ(monitor_.findings(), 0);
+  // Not composite: a kernel of its own computed those values.
+  e.composite = false;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
+  // Composite, but its memory is not known as a mask's: judged as ever.
+  e.composite = true;
+  ctx.outputs_hold_masks = false;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
+  // A nested op's finding is still where it began.
+  ctx.outputs_hold_masks = true;
+  e.contains_finding = true;
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kPropagated);
+}
+
 TEST_F(MonitorTest, PlusInfFromAProductBesideAMinusInfMaskIsAnOverflow) {
   // nn.MultiheadAttention's baddbmm(key_padding_mask, q, k^T): -inf out
   // of it is the mask carried; +inf is q @ k^T overflowing fp16.
-  InputFacts mask = Input(false, false);
-  mask.counts.neginf = 8;
-  mask.deliberate = true;
+  const InputFacts mask = MaskInput(8);
   FakeContext ctx;
   ctx.inputs = {mask, Input(false, false), Input(false, false)};
   TensorFacts carried = Fp16(0);
