@@ -56,11 +56,11 @@ class LateContext final : public OpContext {
   std::string Stack() override { return op_.stack; }
   // The inputs may have changed since: no recomputation after the fact.
   std::optional<double> RecomputeFp32MaxAbs() override { return std::nullopt; }
-  // Scalars and host tensors as found at enqueue; device memory as the
-  // results delivered before this one (enqueue order) left it.
   // Composite ops are not judged on a GPU (their outputs are their nested
   // ops').
   bool OutputsHoldMasks() override { return false; }
+  // Scalars and host tensors as found at enqueue; device memory as the
+  // results delivered before this one (enqueue order) left it.
   bool InputsHoldMasks(absl::string_view) override {
     for (const LateInput& in : op_.inputs) {
       if (in.holds_masks) return true;

@@ -60,7 +60,6 @@ std::string NestedShapeOf(const std::vector<at::Tensor>& components) {
   return absl::StrCat("[", absl::StrJoin(dims, ", "), "] (nested)");
 }
 
-
 absl::Mutex g_registry_mu;
 // What the registry knows of a storage: its state and, for a host op's
 // output, the storage itself, held weakly: whether it is still alive

@@ -471,8 +471,6 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
   return storages;
 }
 
-// Most ops of a step are views and allocations, whose end has nothing to
-// do: tested inline, before the call to OpEnded and its long prologue.
 bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
   for (const c10::IValue& v : inputs) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
@@ -480,6 +478,8 @@ bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
   return false;
 }
 
+// Most ops of a step are views and allocations, whose end has nothing to
+// do: tested inline, before the call to OpEnded and its long prologue.
 bool HasWorkAtEnd(const OpTraits& traits) {
   return !(traits.view || traits.uninitialised) || traits.scaler_update || traits.collective;
 }
