@@ -59,6 +59,8 @@ class LateContext final : public OpContext {
   // Composite ops are not judged on a GPU (their outputs are their nested
   // ops').
   bool OutputsHoldMasks() override { return false; }
+  // Late ops do not move the step tracker: never asked.
+  bool NonFiniteGradientsHeld() override { return true; }
   // Scalars and host tensors as found at enqueue; device memory as the
   // results delivered before this one (enqueue order) left it.
   bool InputsHoldMasks(absl::string_view) override {

@@ -193,13 +193,16 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     absl::MutexLock lock(&mu_);
     const double now = e.top_op.empty() ? clock_() : 0;
     if (e.late_step < 0) {
+      if (e.top_op.empty()) JudgeIterationWithoutUpdateLocked(e, context, now);
       if (e.top_op.empty() &&
           steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
         WriteStepLocked(steps_.step() - 1, now);
       }
       e.phase = steps_.Refine(e.phase, e.grad_enabled, e.takes_grad_input);
     }
-    step_trained_ |= e.takes_grad_input || e.phase == Phase::kBackward;
+    // Parameters read without grad after the update (a master-weights copy,
+    // an evaluation) train nothing: no step of their own at exit.
+    step_trained_ |= (e.takes_grad_input && e.grad_enabled) || e.phase == Phase::kBackward;
     // Results of a step before this one's: the GPU is done with it.
     if (e.late_step >= 0) WriteLateStepsLocked(e.late_step);
     // A non-finite op is counted once judged: a mask is no non-finite op,
@@ -310,7 +313,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
     WriteStepLocked(steps_.step() - 1, clock_());
   }
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
-  step_trained_ |= takes_grad_input || refined == Phase::kBackward;
+  step_trained_ |= (takes_grad_input && grad_enabled) || refined == Phase::kBackward;
   return Position{steps_.step(), refined};
 }
 
@@ -596,6 +599,45 @@ std::string Monitor::OnStepSkipped() {
                              : absl::StrCat(" (backward of ", row.forward_op, ")")));
   if (writer_) writer_->Add(std::move(row));
   return line;
+}
+
+void Monitor::JudgeIterationWithoutUpdateLocked(const OpEvent& e, OpContext& context,
+                                                double now) {
+  // Non-finite gradients, then a new iteration without an optimizer step.
+  // Nothing of them left: the program threw them away (zeroed or freed)
+  // and went on to the next batch, skipping the update. Still held: kept
+  // in .grad for the next micro-batch of gradient accumulation, or written
+  // into a weight by a hand-written update. In sample mode an unchecked
+  // op may have carried them anywhere.
+  if (step_bad_backward_op_.empty() || config_.mode == Mode::kSample ||
+      !steps_.AtIterationWithoutUpdate(e.phase, e.grad_enabled, e.takes_grad_input)) {
+    return;
+  }
+  if (context.NonFiniteGradientsHeld()) {
+    steps_.OnGradientsKept();
+  } else {
+    RecordProgramSkipLocked(now);
+  }
+}
+
+void Monitor::RecordProgramSkipLocked(double now) {
+  ++program_skips_;
+  const int64_t step = steps_.OnUpdateSkipped();
+  if (writer_) {
+    writer_->Add(EventRow{
+        now, kProgramSkippedUpdate,
+        absl::StrCat("step ", step, ": ", kProgramSkippedUpdateDetail,
+                     "; the first non-finite gradients came from ", step_bad_backward_op_,
+                     step_bad_forward_op_.empty()
+                         ? ""
+                         : absl::StrCat(" (backward of ", step_bad_forward_op_, ")"))});
+  }
+  WriteStepLocked(step, now, /*ended=*/true);
+}
+
+int64_t Monitor::program_skips() const {
+  absl::MutexLock lock(&mu_);
+  return program_skips_;
 }
 
 int64_t Monitor::skipped_steps() const {

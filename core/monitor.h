@@ -104,6 +104,12 @@ class OpContext {
   // registry says holds deliberate ±inf: what a composite op's nested ops
   // left as masks, or a view of a mask it was given.
   virtual bool OutputsHoldMasks() = 0;
+  // Whether inf/NaN made in the run may still be held in anything but a
+  // single value that is no parameter (a loss, a gradient norm): a
+  // gradient, a weight, a buffer, any tensor still referenced. True when
+  // it cannot tell (sample mode: unchecked ops may have carried them
+  // anywhere; GPU results known only by their memory).
+  virtual bool NonFiniteGradientsHeld() = 0;
 };
 
 // One finished op.
@@ -263,6 +269,11 @@ class Monitor {
   // and returns a line for the user.
   std::string OnStepSkipped();
   int64_t skipped_steps() const;
+  // Iterations whose program skipped the update itself (its own loss
+  // scaler): non-finite gradients, then the next batch without an
+  // optimizer step, and none of them kept. Each is a step of its own, with
+  // an events row kProgramSkippedUpdate.
+  int64_t program_skips() const;
 
   // Writes the current step's statistics (at exit; steps also flush
   // themselves when they end).
@@ -322,6 +333,12 @@ class Monitor {
   // pass without any op checked, and is still a step).
   void WriteStepLocked(int64_t step, double now, bool ended = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When top-level op `e` begins an iteration after one that made
+  // non-finite gradients and had no optimizer step: whether its program
+  // skipped the update (see program_skips) or kept them (accumulation).
+  void JudgeIterationWithoutUpdateLocked(const OpEvent& e, OpContext& context, double now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordProgramSkipLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `e`'s outputs (largest magnitude `max_abs`) to its op's statistics
   // and to the step's totals (counted an op with non-finite outputs when
   // `nonfinite`).
@@ -361,6 +378,7 @@ class Monitor {
   std::string step_bad_backward_op_ ABSL_GUARDED_BY(mu_);
   std::string step_bad_forward_op_ ABSL_GUARDED_BY(mu_);
   int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t program_skips_ ABSL_GUARDED_BY(mu_) = 0;
   // Memory that torch.distributed collectives (c10d::*) wrote into.
   absl::flat_hash_set<const void*> collective_storages_ ABSL_GUARDED_BY(mu_);
   // Set at the first collective: until then (any run that is not

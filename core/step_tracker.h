@@ -5,10 +5,14 @@
 // (a C++ LibTorch program, a hand-written update) gets a fallback: the first
 // forward op after backward ops that runs with grad mode on and takes a
 // tensor that requires grad (a parameter: the next forward pass, not a
-// factory op of GradScaler's or data preparation) starts a new step. When the
-// first optimizer record arrives after the fallback already advanced within
-// the same iteration, that advance is undone, so Python scripts count from 0
-// either way.
+// factory op of GradScaler's or data preparation) starts a new step. Such an
+// advance without an update since the backward pass (no op with grad mode
+// off) is tentative: it may be the next micro-batch of gradient
+// accumulation. Tentative advances are undone when the iteration turns out
+// to go on: at the next advance after an update, at the first optimizer
+// record (which also undoes an advance within its own iteration), at an
+// update the program or GradScaler skipped. So Python scripts count from 0
+// either way, one step per optimizer step.
 //
 // Ops that run after backward with grad mode off (C++ optimizers, gradient
 // clipping, GradScaler's unscale, hand-written updates) are the update, not
@@ -53,6 +57,23 @@ class StepTracker {
   };
   ScalerStep OnScalerUpdate();
 
+  // Whether a top-level op would begin the next iteration while the last
+  // one's backward pass had no optimizer step (nor scaler update) after it:
+  // a forward op with grad on a parameter, after backward ops. Between
+  // micro-batches of gradient accumulation, or after an iteration whose
+  // program skipped its update (its own loss scaler found non-finite
+  // gradients: fairseq's and Megatron's FP16 optimizers, DeepSpeed's).
+  bool AtIterationWithoutUpdate(Phase phase, bool grad_enabled, bool takes_grad_input) const;
+  // The program skipped the last iteration's update (the caller saw its
+  // non-finite gradients freed or overwritten): that iteration is a step.
+  // Returns its number.
+  int64_t OnUpdateSkipped();
+  // At such an op, non-finite gradients of the last backward pass are still
+  // held: without an update since (ops with grad mode off), they are kept
+  // for the next micro-batch of gradient accumulation, and the fallback
+  // does not begin a step.
+  void OnGradientsKept();
+
  private:
   int64_t step_ = 0;
   bool seen_optimizer_ = false;
@@ -60,6 +81,11 @@ class StepTracker {
   bool fallback_advanced_ = false;  // the last advance came from the fallback
   bool post_backward_ = false;      // backward ran; no forward pass since
   bool update_ended_ = false;       // an optimizer record ended since backward
+  bool updated_since_backward_ = false;  // an op with grad mode off since
+  int64_t tentative_ = 0;  // fallback advances without an update before them
+
+  // Undoes the tentative advances; returns the step they return to.
+  int64_t UndoTentative();
   bool optimizer_since_update_ = false;  // an optimizer step ended since the
                                          // last scaler update
 };

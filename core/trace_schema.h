@@ -40,4 +40,12 @@ inline constexpr const char kNonFiniteDroppedDetail[] =
     "every tensor holding the step's inf/NaN was freed by the end of its "
     "optimizer step: no weight, gradient or buffer held them";
 
+// An events row for an iteration whose program skipped the update itself
+// (Monitor::program_skips); its detail starts "step N: ".
+inline constexpr const char kProgramSkippedUpdate[] = "program_skipped_update";
+inline constexpr const char kProgramSkippedUpdateDetail[] =
+    "non-finite gradients, then the next iteration without an optimizer "
+    "step; no gradient, weight or buffer kept them: the program skipped "
+    "the update (its own loss scaler)";
+
 }  // namespace nanhunt

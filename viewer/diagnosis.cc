@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check_limits.h"
 #include "viewer/diagnosis_math.h"
+#include "viewer/scaler_skips.h"
 
 namespace nanhunt {
 namespace {
@@ -45,39 +46,6 @@ const PhaseTotals* Phase(const RunSummary& s, absl::string_view name) {
   return nullptr;
 }
 
-double SkippedShare(const RunSummary& s) {
-  if (s.loss_scale.empty()) return 0;
-  return static_cast<double>(s.skipped_steps.size()) /
-         static_cast<double>(s.loss_scale.size());
-}
-
-// How many steps at its start a GradScaler skipped while its scale settled,
-// when it handled every inf/NaN of the run: each non-finite step is one it
-// skipped, and past those first steps it skipped few (as it does when it
-// grows its scale again, every growth_interval steps). -1 when the run is
-// not so.
-int64_t StepsTheScalerHandled(const RunSummary& s) {
-  if (s.loss_scale.empty() || s.skipped_steps.empty()) return -1;
-  for (int64_t step : s.nonfinite_steps) {
-    if (std::find(s.skipped_steps.begin(), s.skipped_steps.end(), step) ==
-        s.skipped_steps.end()) {
-      return -1;
-    }
-  }
-  int64_t settling = 0;
-  while (settling < static_cast<int64_t>(s.skipped_steps.size()) &&
-         s.skipped_steps[settling] == s.loss_scale.front().step + settling) {
-    ++settling;
-  }
-  const int64_t after = static_cast<int64_t>(s.loss_scale.size()) - settling;
-  const int64_t skipped_after = static_cast<int64_t>(s.skipped_steps.size()) - settling;
-  if (after <= 0 ||
-      static_cast<double>(skipped_after) >= kSkippedStepsShare * static_cast<double>(after)) {
-    return -1;
-  }
-  return settling;
-}
-
 void AddWarningTrend(const RunSummary& s, const std::string& op, Diagnosis& d) {
   int64_t first_step = -1;
   double first = 0, last = 0;
@@ -95,16 +63,6 @@ void AddWarningTrend(const RunSummary& s, const std::string& op, Diagnosis& d) {
         "of 65504 before it overflowed",
         first_step, 100 * first / kFp16Max, 100 * last / kFp16Max));
   }
-}
-
-void AddLossScale(const RunSummary& s, Diagnosis& d) {
-  if (s.loss_scale.empty()) return;
-  d.evidence.push_back(absl::StrFormat(
-      "GradScaler: scale %g at step %d -> %g at step %d; %d of %d steps "
-      "skipped (%s)",
-      s.loss_scale.front().scale, s.loss_scale.front().step,
-      s.loss_scale.back().scale, s.loss_scale.back().step,
-      s.skipped_steps.size(), s.loss_scale.size(), Percent(SkippedShare(s))));
 }
 
 Diagnosis NonFiniteInput(const RunSummary& s, const FindingRow& f) {
@@ -240,7 +198,7 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
       " turned finite values into ", f.dtype, " inf/NaN; the forward pass was "
       "finite"));
   AddWarningTrend(s, f.op, d);
-  AddLossScale(s, d);
+  AddScalerEvidence(s, SkipsOf(s), d);
   d.fixes.push_back(
       "use loss scaling with skipping: torch.amp.GradScaler, or "
       "NANHUNT_SKIP_NONFINITE_STEPS=1 now, so a bad step is skipped instead "
@@ -263,7 +221,10 @@ Diagnosis Diagnose(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") return NonFiniteInput(s, f);
-    if (auto dropped = DroppedWithinSteps(s, f)) return *dropped;
+    // Steps a loss scaler skipped are no steps that dropped what they made.
+    if (s.program_skipped_steps.empty()) {
+      if (auto dropped = DroppedWithinSteps(s, f)) return *dropped;
+    }
     // A matmul beside a mask (baddbmm) that made +inf overflowed: its
     // fp32 recomputation is not finite either, for the mask's -inf.
     const bool overflowed_beside_mask = FromMask(f) && IsMatmul(f.op) && f.posinf > 0;
@@ -287,18 +248,20 @@ Diagnosis Diagnose(const RunSummary& s) {
         "the rank where it began has the origin");
     return d;
   }
-  // A GradScaler keeps backward overflows out of the weights, at the price
-  // of the steps it skips: past a share of them, training stalls. Unless
-  // they were the first steps, while its scale settled, and it skipped
-  // every step with inf/NaN: what a GradScaler is for.
-  const int64_t settling = StepsTheScalerHandled(s);
-  const double skipped = SkippedShare(s);
-  if (!s.loss_scale.empty() && skipped >= kSkippedStepsShare && settling < 0) {
+  // A loss scaler (GradScaler, or the program's own) keeps backward
+  // overflows out of the weights, at the price of the steps it skips: past
+  // a share of them, training stalls. Unless they were the first steps,
+  // while its scale settled, and it skipped every step with inf/NaN: what a
+  // loss scaler is for.
+  const ScalerSkips skips = SkipsOf(s);
+  const int64_t settling = StepsTheScalerHandled(s, skips);
+  const double skipped = SkippedShare(skips);
+  if (skips.decided > 0 && skipped >= kSkippedStepsShare && settling < 0) {
     Diagnosis d;
     d.kind = "skipped_steps";
-    d.title = absl::StrCat("Stalled training: GradScaler skipped ", Percent(skipped),
+    d.title = absl::StrCat("Stalled training: ", skips.Who(), " skipped ", Percent(skipped),
                            " of the steps");
-    AddLossScale(s, d);
+    AddScalerEvidence(s, skips, d);
     d.evidence.push_back(
         "a skipped step changes no weight: the loss plateaus while the "
         "scaler keeps finding inf/NaN gradients");
@@ -343,9 +306,9 @@ Diagnosis Diagnose(const RunSummary& s) {
           backward->fp16_underflow, " of ", backward->fp16_elements,
           " fp16 values in the backward pass are so small that fp16 flushes them "
           "toward zero: updates vanish and the loss plateaus"));
-      AddLossScale(s, d);
+      AddScalerEvidence(s, skips, d);
       d.fixes.push_back(
-          s.loss_scale.empty()
+          skips.decided == 0
               ? "scale the loss: torch.amp.GradScaler multiplies it (by 65536 "
                 "to start) so small gradients stay representable"
               : "the scaler's scale is too small for these gradients: raise "
@@ -360,13 +323,13 @@ Diagnosis Diagnose(const RunSummary& s) {
   d.kind = "healthy";
   d.title = "Healthy: no non-finite values, nothing close to fp16's limit";
   if (settling >= 0) {
-    d.title = "Healthy: every inf/NaN was in gradients GradScaler skipped";
-    AddLossScale(s, d);
+    d.title = absl::StrCat("Healthy: every inf/NaN was in gradients ", skips.Who(), " skipped");
+    AddScalerEvidence(s, skips, d);
     if (settling > 0) {
       d.evidence.push_back(absl::StrCat(
           "its first ", settling, " step", settling == 1 ? " was" : "s were",
           " skipped while its scale settled (it starts high and halves it at "
-          "each overflow), as GradScaler does"));
+          "each overflow), as a dynamic loss scaler does"));
     }
     if (s.first_origin) {
       const FindingRow& f = *s.first_origin;
@@ -375,7 +338,7 @@ Diagnosis Diagnose(const RunSummary& s) {
     }
   }
   // Warnings that are news: fp16 values nearing 65504. Wider formats' are a
-  // forecast (the view's WOULD OVERFLOW IN FP16); under a GradScaler the
+  // forecast (the view's WOULD OVERFLOW IN FP16); under a loss scaler the
   // gradients are scaled up to the limit on purpose: it grows its scale
   // until they overflow, then skips that step and halves it.
   const FindingRow* nearing = nullptr;
@@ -386,7 +349,7 @@ Diagnosis Diagnose(const RunSummary& s) {
       if (wider == nullptr || w.max_abs > wider->max_abs) wider = &w;
       continue;
     }
-    (w.phase == "backward" && !s.loss_scale.empty() ? scaled : nearing) = &w;
+    (w.phase == "backward" && skips.decided > 0 ? scaled : nearing) = &w;
   }
   if (nearing != nullptr) {
     const FindingRow& w = *nearing;
@@ -411,8 +374,9 @@ Diagnosis Diagnose(const RunSummary& s) {
   if (scaled != nullptr) {
     d.evidence.push_back(absl::StrFormat(
         "the scaled gradients came to |x| = %.6g, %.0f%% of 65504 (%s, step %d): "
-        "GradScaler's doing, it grows the scale until they overflow",
-        scaled->max_abs, 100 * scaled->max_abs / kFp16Max, scaled->op, scaled->step));
+        "%s's doing, it grows the scale until they overflow",
+        scaled->max_abs, 100 * scaled->max_abs / kFp16Max, scaled->op, scaled->step,
+        skips.Who()));
   }
   if (wider != nullptr) {
     d.evidence.push_back(absl::StrFormat(

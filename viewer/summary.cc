@@ -108,6 +108,7 @@ std::string StepStrip(const RunSummary& s, size_t width) {
   }
   std::vector<int64_t> skipped = s.skipped_steps;
   for (const SkipRow& k : s.nanhunt_skips) skipped.push_back(k.step);
+  skipped.insert(skipped.end(), s.program_skipped_steps.begin(), s.program_skipped_steps.end());
   for (int64_t st : skipped) {
     if (st >= 0 && st < s.steps) strip[static_cast<size_t>(st / per)] = 's';
   }
@@ -133,18 +134,6 @@ std::string ReadableKernels(const std::string& kernels) {
   return absl::StrJoin(parts, "; ");
 }
 
-std::string StepRanges(const std::vector<int64_t>& steps) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < steps.size();) {
-    size_t j = i;
-    while (j + 1 < steps.size() && steps[j + 1] == steps[j] + 1) ++j;
-    parts.push_back(i == j ? absl::StrCat(steps[i])
-                           : absl::StrCat(steps[i], "-", steps[j]));
-    i = j + 1;
-  }
-  return absl::StrJoin(parts, ", ");
-}
-
 // What an escalation's window caught: its first origin or input, else its
 // first warning.
 std::optional<FindingRow> FoundInWindow(const std::vector<FindingRow>& findings,
@@ -160,6 +149,18 @@ std::optional<FindingRow> FoundInWindow(const std::vector<FindingRow>& findings,
 }
 
 }  // namespace
+
+std::string StepRanges(const std::vector<int64_t>& steps) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < steps.size();) {
+    size_t j = i;
+    while (j + 1 < steps.size() && steps[j + 1] == steps[j] + 1) ++j;
+    parts.push_back(i == j ? absl::StrCat(steps[i])
+                           : absl::StrCat(steps[i], "-", steps[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ", ");
+}
 
 bool IsFp16Range(absl::string_view dtype) {
   return dtype == "float16" || dtype == "float8_e5m2";
@@ -188,6 +189,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   std::map<std::string, PhaseTotals> phases;
   std::set<int64_t> bad_steps;
   std::set<int64_t> kept_steps;  // of bad_steps
+  std::set<int64_t> program_skips;
   for (const Trace& t : traces) {
     s.traces.push_back(t.path);
     for (const auto& p : t.problems) s.problems.push_back(t.path + ": " + p);
@@ -361,12 +363,15 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       total.first_step = std::min(total.first_step, u.first_step);
       total.last_step = std::max(total.last_step, u.last_step);
     }
+    program_skips.insert(t.program_skipped_steps.begin(), t.program_skipped_steps.end());
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops == 0) continue;
       bad_steps.insert(st.step);
-      if (std::find(t.dropped_steps.begin(), t.dropped_steps.end(), st.step) ==
-          t.dropped_steps.end()) {
+      const auto gone = [&](const std::vector<int64_t>& steps) {
+        return std::find(steps.begin(), steps.end(), st.step) != steps.end();
+      };
+      if (!gone(t.dropped_steps) && !gone(t.program_skipped_steps)) {
         kept_steps.insert(st.step);
       }
     }
@@ -401,6 +406,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   s.settings.assign(settings.begin(), settings.end());
   s.nonfinite_steps.assign(bad_steps.begin(), bad_steps.end());
   s.nonfinite_steps_kept.assign(kept_steps.begin(), kept_steps.end());
+  s.program_skipped_steps.assign(program_skips.begin(), program_skips.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
   return s;
 }
@@ -624,6 +630,16 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                     " at step ", s.loss_scale.front().step, " -> ",
                     FormatAbs(s.loss_scale.back().scale), " at step ",
                     s.loss_scale.back().step, "\n");
+  }
+  if (!s.program_skipped_steps.empty()) {
+    absl::StrAppend(&out, "\n", bold, "LOSS SCALING", reset, " (the program's own)\n  ",
+                    s.program_skipped_steps.size(), " of ", s.steps,
+                    absl::StrFormat(" updates skipped (%.0f%%): steps ",
+                                    100.0 * static_cast<double>(s.program_skipped_steps.size()) /
+                                        static_cast<double>(std::max<int64_t>(s.steps, 1))),
+                    Fit(StepRanges(s.program_skipped_steps), w / 2),
+                    "\n  each: non-finite gradients thrown away, then the next batch "
+                    "without an optimizer step\n");
   }
   if (!s.fp32_ops.empty() || !s.fp32_learned.empty() || s.bf16_switches > 0 ||
       !s.nanhunt_skips.empty()) {
@@ -853,6 +869,9 @@ std::string RenderJson(const RunSummary& s) {
   j.EndArray();
   j.Key("skipped_steps").BeginArray();
   for (int64_t st : s.skipped_steps) j.Int(st);
+  j.EndArray();
+  j.Key("program_skipped_steps").BeginArray();
+  for (int64_t st : s.program_skipped_steps) j.Int(st);
   j.EndArray();
   j.Key("interventions").BeginObject();
   j.Key("fp32_ops").BeginObject();

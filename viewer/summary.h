@@ -48,6 +48,9 @@ struct RunSummary {
   std::vector<int64_t> nonfinite_steps_kept;
   std::vector<LossScaleRow> loss_scale;  // of the first trace that has one
   std::vector<int64_t> skipped_steps;    // steps GradScaler skipped
+  // Steps whose program skipped the update itself (its own loss scaler:
+  // Trace::program_skipped_steps); they are not in nonfinite_steps_kept.
+  std::vector<int64_t> program_skipped_steps;
   // What nanhunt changed in the run (interventions switched on).
   std::vector<std::pair<std::string, int64_t>> fp32_ops;  // op, calls in fp32
   std::vector<std::string> fp32_learned;  // NANHUNT_FP32_OPS=auto
@@ -83,6 +86,9 @@ struct RunSummary {
 };
 
 RunSummary Summarise(const std::vector<Trace>& traces);
+
+// Ascending steps as ranges: "0-6, 11, 16".
+std::string StepRanges(const std::vector<int64_t>& steps);
 
 // A max |x| as the viewer prints it: "inf", "72442", "1.1e+07".
 std::string FormatAbs(double v);

@@ -96,6 +96,25 @@ bool HasTable(sqlite3* db, const std::string& table, std::vector<std::string>& p
   return found;
 }
 
+// The steps of the events rows of `kind`, whose details start "step N: ".
+std::vector<int64_t> StepsOfEvents(sqlite3* db, absl::string_view kind,
+                                   std::vector<std::string>& problems) {
+  std::vector<int64_t> steps;
+  const std::string sql =
+      absl::StrCat("SELECT detail FROM events WHERE kind = '", kind, "' ORDER BY rowid");
+  Query(db, "events", sql.c_str(),
+        [&](sqlite3_stmt* s) {
+          const std::string detail = Text(s, 0);
+          const absl::string_view rest = absl::StripPrefix(detail, "step ");
+          int64_t step = 0;
+          if (absl::SimpleAtoi(rest.substr(0, rest.find(':')), &step)) {
+            steps.push_back(step);
+          }
+        },
+        problems);
+  return steps;
+}
+
 // Whether `table` has `column` (traces of older schemas lack newer ones).
 bool HasColumn(sqlite3* db, const char* table, const char* column) {
   sqlite3_stmt* s = nullptr;
@@ -320,19 +339,8 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           t.steps.push_back(r);
         },
         t.problems);
-  const std::string dropped_sql = absl::StrCat(
-      "SELECT detail FROM events WHERE kind = '", kNonFiniteDropped, "' ORDER BY rowid");
-  Query(db, "events", dropped_sql.c_str(),
-        [&](sqlite3_stmt* s) {
-          // "step N: ..."
-          const std::string detail = Text(s, 0);
-          const absl::string_view rest = absl::StripPrefix(detail, "step ");
-          int64_t step = 0;
-          if (absl::SimpleAtoi(rest.substr(0, rest.find(':')), &step)) {
-            t.dropped_steps.push_back(step);
-          }
-        },
-        t.problems);
+  t.dropped_steps = StepsOfEvents(db, kNonFiniteDropped, t.problems);
+  t.program_skipped_steps = StepsOfEvents(db, kProgramSkippedUpdate, t.problems);
   if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later
     Query(db, "loss_scale",
           "SELECT step, scale, skipped FROM loss_scale ORDER BY rowid",

@@ -52,6 +52,9 @@ struct Trace {
   // Steps whose inf/NaN were all freed with their temporaries by the end of
   // their optimizer step (events kNonFiniteDropped).
   std::vector<int64_t> dropped_steps;
+  // Iterations whose program skipped the update itself, each a step
+  // (events kProgramSkippedUpdate).
+  std::vector<int64_t> program_skipped_steps;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   std::vector<std::string> problems;  // what could not be read, and why
 };

@@ -68,6 +68,9 @@ struct RegisteredStorage {
   StorageState state = StorageState::kFinite;
   c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
   bool known = false;  // `storage` was given
+  // One value that is no parameter: a loss, a gradient norm, a found_inf
+  // flag. A program that skips an update keeps its verdict in one.
+  bool single_value = false;
 };
 // Leaked on purpose: used by callbacks until the process ends.
 // Storages whose last check found inf/NaN: kNonFinite, or kDeliberate
@@ -532,6 +535,9 @@ void Remember(const void* key, StorageState state, const at::Tensor* t) {
     entry.storage = entry.known ? t->storage().getWeakStorageImpl()
                                 : c10::weak_intrusive_ptr<c10::StorageImpl>(
                                       c10::intrusive_ptr<c10::StorageImpl>());
+    entry.single_value = entry.known &&
+                         t->storage().nbytes() <= static_cast<size_t>(t->element_size()) &&
+                         !(t->requires_grad() && t->is_leaf());
   } else {
     g_nonfinite->erase(key);
   }
@@ -548,21 +554,23 @@ void RememberStorage(const void* key, StorageState state) {
   Remember(key, state, nullptr);
 }
 
-bool NonFiniteStillHeld() {
+bool NonFiniteStillHeld(bool counting_single_values) {
   if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return false;
   absl::MutexLock lock(&g_registry_mu);
   bool held = false;
   // Freed storages are forgotten on the way: their memory holds nothing
   // of theirs any more.
-  absl::erase_if(*g_nonfinite, [&held](const auto& entry) {
+  absl::erase_if(*g_nonfinite, [&](const auto& entry) {
     const RegisteredStorage& r = entry.second;
+    const bool counts = r.state == StorageState::kNonFinite &&
+                        (counting_single_values || !r.single_value);
     if (!r.known) {
-      held |= r.state == StorageState::kNonFinite;  // cannot tell: held
+      held |= counts;  // cannot tell: held
       return false;
     }
     const c10::intrusive_ptr<c10::StorageImpl> alive = r.storage.lock();
     if (alive && alive->data() == entry.first) {
-      held |= r.state == StorageState::kNonFinite;
+      held |= counts;
       return false;
     }
     return true;
@@ -803,6 +811,10 @@ bool TorchOpContext::OutputsHoldMasks() {
     any = true;
   }
   return any;
+}
+
+bool TorchOpContext::NonFiniteGradientsHeld() {
+  return NonFiniteStillHeld(/*counting_single_values=*/false);
 }
 
 void TorchOpContext::Locate() {

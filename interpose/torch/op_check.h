@@ -166,8 +166,11 @@ StorageState StorageStateOf(const void* key);
 // Whether a storage known to hold inf/NaN (not a mask's) may still be
 // alive: true for one alive, or only known by its memory (a GPU result).
 // A step whose inf/NaN all went with the temporaries that held them
-// changed no weight, gradient or buffer with them.
-bool NonFiniteStillHeld();
+// changed no weight, gradient or buffer with them. Without
+// `counting_single_values`, a storage of one value that is no parameter
+// (a loss, a gradient norm: a verdict on gradients, not one of them) does
+// not count.
+bool NonFiniteStillHeld(bool counting_single_values = true);
 
 // GradScaler's scales (core/loss_scale_storages.h), and whether an op's
 // inputs or outputs include one: such an op is OpEvent::loss_scaling.
@@ -222,6 +225,7 @@ class TorchOpContext final : public OpContext {
   std::optional<double> RecomputeFp32MaxAbs() override;
   bool InputsHoldMasks(absl::string_view op) override;
   bool OutputsHoldMasks() override;
+  bool NonFiniteGradientsHeld() override;
 
  private:
   void Locate();

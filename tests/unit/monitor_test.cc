@@ -35,6 +35,8 @@ class FakeContext : public OpContext {
   }
   bool outputs_hold_masks = false;  // what OutputsHoldMasks says
   bool OutputsHoldMasks() override { return outputs_hold_masks; }
+  bool gradients_held = true;  // what NonFiniteGradientsHeld says
+  bool NonFiniteGradientsHeld() override { return gradients_held; }
 };
 
 TensorFacts Fp16(uint64_t posinf, uint16_t max_bits = 0x5000) {
@@ -603,6 +605,51 @@ TEST_F(TracedMonitorTest, AStepWhoseInfNanWereFreedByItsEndIsRecordedAsDropped) 
   auto t = CloseAndRead();
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->dropped_steps, std::vector<int64_t>{0});
+}
+
+// An iteration whose program threw its non-finite gradients away and went
+// on to the next batch without an optimizer step is a step of its own, a
+// skip in the trace; one whose gradients are still held (the next
+// micro-batch) is not.
+TEST_F(TracedMonitorTest, AnUpdateTheProgramSkippedIsAStepOfItsOwn) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  const TensorFacts fine = Fp16(0, 0x4000);
+  const auto op = [&](Phase phase, const TensorFacts& out) {
+    OpEvent e;
+    e.op = phase == Phase::kBackward ? "aten::mm" : "aten::addmm";
+    e.phase = phase;
+    e.forward_op = phase == Phase::kBackward ? "aten::addmm" : "";
+    e.takes_grad_input = true;
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    m.OnOp(e, ctx);
+  };
+  // Step 0 trains; step 1's gradients overflow; two micro-batches are kept.
+  op(Phase::kForward, fine);
+  op(Phase::kBackward, fine);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  op(Phase::kForward, fine);
+  op(Phase::kBackward, overflowed);
+  ctx.gradients_held = true;
+  op(Phase::kForward, fine);  // the second micro-batch
+  op(Phase::kBackward, fine);
+  EXPECT_EQ(m.step(), 1);
+  ctx.gradients_held = false;  // zero_grad(): the program skipped the update
+  op(Phase::kForward, fine);
+  EXPECT_EQ(m.step(), 2);
+  EXPECT_EQ(m.program_skips(), 1);
+  op(Phase::kBackward, fine);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->program_skipped_steps, std::vector<int64_t>{1});
+  ASSERT_EQ(t->steps.size(), 3u);
+  EXPECT_EQ(t->steps[1].nonfinite_ops, 1);
+  EXPECT_EQ(t->steps[2].nonfinite_ops, 0);
 }
 
 // The host runs ahead of the GPU: a step ends at its last op's launch, and

@@ -74,6 +74,92 @@ TEST(StepTracker, GradScalerUpdateEndsSkippedStepsToo) {
   EXPECT_EQ(t.step(), 2);
 }
 
+TEST(StepTracker, AnUpdateTheProgramSkippedEndsItsStep) {
+  StepTracker t;
+  // Step 0 trains; step 1's gradients overflow and its program (a loss
+  // scaler of its own) goes on to the next batch without an update.
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  EXPECT_FALSE(t.AtIterationWithoutUpdate(Phase::kForward, true, true));
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_FALSE(t.AtIterationWithoutUpdate(Phase::kForward, true, false)) << "a factory op";
+  EXPECT_FALSE(t.AtIterationWithoutUpdate(Phase::kForward, false, true)) << "no grad";
+  ASSERT_TRUE(t.AtIterationWithoutUpdate(Phase::kForward, true, true));
+  t.OnUpdateSkipped();
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true)) << "no second advance";
+  EXPECT_FALSE(t.AtIterationWithoutUpdate(Phase::kForward, true, true));
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  EXPECT_EQ(t.step(), 3);
+}
+
+TEST(StepTracker, SkippedUpdatesBeforeAnyOptimizerStepAreNotUndone) {
+  StepTracker t;
+  // A scaler that starts too high skips the first update.
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  ASSERT_TRUE(t.AtIterationWithoutUpdate(Phase::kForward, true, true));
+  t.OnUpdateSkipped();
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true)) << "no fallback advance on top";
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_FALSE(t.OnOptimizerStepBegin()) << "the skip's advance stands";
+  t.OnOptimizerStepEnd();
+  EXPECT_EQ(t.step(), 2);
+}
+
+TEST(StepTracker, KeptGradientsOfAMicroBatchBeginNoStep) {
+  StepTracker t;
+  // Two micro-batches, the first one's non-finite gradients kept in .grad
+  // for the second: one step, though no optimizer record was seen yet.
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  ASSERT_TRUE(t.AtIterationWithoutUpdate(Phase::kForward, true, true));
+  t.OnGradientsKept();
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));
+  EXPECT_EQ(t.step(), 0);
+  // A hand-written update (grad mode off) wrote them into the weights:
+  // the next forward pass is the next step.
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOp(Phase::kForward, false, true);
+  t.OnGradientsKept();
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));
+  EXPECT_EQ(t.step(), 1);
+}
+
+TEST(StepTracker, MicroBatchesBeforeTheFirstOptimizerStepAreOneStep) {
+  StepTracker t;
+  // Three micro-batches, then torch.optim's first step record.
+  for (int i = 0; i < 3; ++i) {
+    t.OnOp(Phase::kForward, true, true);
+    t.OnOp(Phase::kBackward, true, true);
+  }
+  EXPECT_EQ(t.step(), 2) << "tentative advances";
+  EXPECT_TRUE(t.OnOptimizerStepBegin());
+  EXPECT_EQ(t.step(), 0);
+  t.OnOptimizerStepEnd();
+  EXPECT_EQ(t.step(), 1);
+}
+
+TEST(StepTracker, MicroBatchesOfAProgramWithoutOptimizerRecordsAreOneStep) {
+  StepTracker t;
+  // A C++ program: two micro-batches, then its update with grad mode off.
+  for (int step = 0; step < 2; ++step) {
+    for (int i = 0; i < 2; ++i) {
+      t.OnOp(Phase::kForward, true, true);
+      t.OnOp(Phase::kBackward, true, true);
+    }
+    t.OnOp(Phase::kForward, false, true);  // the update
+  }
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));
+  EXPECT_EQ(t.step(), 2);
+}
+
 TEST(StepTracker, NoGradOpsAfterBackwardAreTheUpdateNotANewStep) {
   StepTracker t;
   t.OnOp(Phase::kForward, true, true);

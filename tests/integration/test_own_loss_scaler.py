@@ -1,0 +1,75 @@
+"""A program with a dynamic loss scaler of its own (fairseq's and Megatron's
+FP16 optimizers, DeepSpeed's fp16 engine) skips each update whose gradients
+overflowed without torch.amp.GradScaler: nanhunt tells those skips from
+gradients that reached the weights, and numbers the steps as the program
+does. Before, such a run was diagnosed 'NaN mid-training: gradients
+overflowed ... use loss scaling with skipping', and each skipped iteration
+merged into the next step."""
+import sqlite3
+
+import pytest
+
+from conftest import NANHUNT, PYTHON, SCRIPTS, clean_env, preload_run, run, view_json
+
+SCRIPT = SCRIPTS / "own_loss_scaler.py"
+
+
+def skipped_by_the_script(stdout):
+    return [int(line.split()[0]) for line in stdout.splitlines() if " skip " in line]
+
+
+def monitored(mode, out):
+    r = preload_run([PYTHON, SCRIPT, mode], out)
+    assert r.returncode == 0, r.stderr
+    plain = run([PYTHON, SCRIPT, mode], env=clean_env())
+    assert plain.returncode == 0, plain.stderr
+    assert r.stdout == plain.stdout, "monitoring changed the training"
+    return r
+
+
+@pytest.mark.parametrize("mode", ["set-to-none", "in-place", "accumulate"])
+def test_skips_are_the_programs_and_the_run_is_healthy(out, mode):
+    r = monitored(mode, out)
+    skipped = skipped_by_the_script(r.stdout)
+    # Its scale starts at 2**24: the first updates are skipped while it
+    # settles, then one in five as it grows the scale again.
+    assert skipped[:7] == list(range(7)) and len(skipped) in (11, 12), skipped
+    j = view_json(out)
+    assert j["steps"] == 30  # one per iteration, micro-batches or not
+    assert j["program_skipped_steps"] == skipped
+    assert j["skipped_steps"] == []  # no GradScaler
+    d = j["diagnosis"]
+    assert d["kind"] == "healthy", d
+    assert d["title"] == \
+        "Healthy: every inf/NaN was in gradients the program's loss scaler skipped"
+    assert any(e.startswith(f"the program skipped {len(skipped)} of 30 updates")
+               for e in d["evidence"]), d
+    [trace] = out.glob("*.sqlite")
+    details = [detail for (detail,) in sqlite3.connect(trace).execute(
+        "SELECT detail FROM events WHERE kind = 'program_skipped_update' ORDER BY rowid")]
+    assert [int(d.split(":")[0].removeprefix("step ")) for d in details] == skipped
+    # The backward of the fp32 loss's cast to fp16 is where they overflow.
+    assert details[0].endswith("first non-finite gradients came from aten::to "
+                               "(backward of aten::_to_copy)"), details[0]
+    view = run([NANHUNT, "view", out]).stdout
+    assert f"{len(skipped)} of 30 updates skipped" in view, view
+
+
+def test_a_scaler_that_skips_half_the_updates_stalls_training(out):
+    r = monitored("stalled", out)
+    skipped = skipped_by_the_script(r.stdout)
+    j = view_json(out)
+    assert j["program_skipped_steps"] == skipped
+    d = j["diagnosis"]
+    assert d["kind"] == "skipped_steps", d
+    assert d["title"] == "Stalled training: the program's loss scaler skipped 60% of the steps"
+
+
+def test_gradients_that_reach_the_weights_are_no_skip(out):
+    # The same scaled loss without an overflow check: inf/NaN gradients go
+    # into Adam and the weights.
+    monitored("no-check", out)
+    j = view_json(out)
+    assert j["program_skipped_steps"] == []
+    assert j["steps"] == 30
+    assert j["diagnosis"]["kind"] == "backward_overflow", j["diagnosis"]

@@ -1,0 +1,66 @@
+// Diagnoses of hand-built run summaries: what the loss scalers' skips and
+// the warnings before an overflow come to.
+#include "viewer/diagnosis.h"
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+#include "viewer/scaler_skips.h"
+
+namespace nanhunt {
+namespace {
+
+FindingRow BackwardOrigin(int64_t step) {
+  FindingRow f;
+  f.kind = "origin";
+  f.op = "aten::mm";
+  f.phase = "backward";
+  f.forward_op = "aten::addmm";
+  f.dtype = "float16";
+  f.step = step;
+  f.posinf = 3;
+  f.max_abs = 1e9;
+  return f;
+}
+
+// `steps` steps; the program's own scaler skipped `skipped`, which are all
+// the steps with inf/NaN.
+RunSummary ProgramScaler(int64_t steps, std::vector<int64_t> skipped) {
+  RunSummary s;
+  s.steps = steps;
+  s.first_origin = BackwardOrigin(skipped.front());
+  s.nonfinite_steps = skipped;
+  s.program_skipped_steps = std::move(skipped);
+  return s;
+}
+
+TEST(Diagnosis, TheProgramsScalerSettlingThenSkippingRarelyIsHealthy) {
+  RunSummary s = ProgramScaler(30, {0, 1, 2, 3, 4, 5, 6, 11, 16, 21, 26});
+  EXPECT_EQ(StepsTheScalerHandled(s, SkipsOf(s)), 7);
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "healthy");
+  EXPECT_EQ(d.title, "Healthy: every inf/NaN was in gradients the program's loss scaler skipped");
+  EXPECT_EQ(d.evidence[0].rfind("the program skipped 11 of 30 updates (37%; steps 0-6, 11, "
+                                "16, 21, 26)", 0),
+            0u)
+      << d.evidence[0];
+}
+
+TEST(Diagnosis, TheProgramsScalerSkippingEveryOtherUpdateStalls) {
+  RunSummary s = ProgramScaler(20, {0, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19});
+  EXPECT_EQ(StepsTheScalerHandled(s, SkipsOf(s)), -1);
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "skipped_steps");
+  EXPECT_EQ(d.title, "Stalled training: the program's loss scaler skipped 55% of the steps");
+  EXPECT_EQ(d.op, "aten::addmm") << "the forward op of the overflowing backward op";
+}
+
+TEST(Diagnosis, InfNanKeptPastASkipAreAnOverflowStill) {
+  RunSummary s = ProgramScaler(30, {0, 1, 2});
+  s.nonfinite_steps.push_back(9);  // NaN that reached the weights
+  s.nonfinite_steps_kept = {9};
+  EXPECT_EQ(Diagnose(s).kind, "backward_overflow");
+}
+
+}  // namespace
+}  // namespace nanhunt
