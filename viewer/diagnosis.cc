@@ -46,23 +46,34 @@ const PhaseTotals* Phase(const RunSummary& s, absl::string_view name) {
   return nullptr;
 }
 
-void AddWarningTrend(const RunSummary& s, const std::string& op, Diagnosis& d) {
-  int64_t first_step = -1;
+// The warnings about origin `f`'s op before it overflowed: fp16 values of
+// the same op and phase nearing 65504 (a wider format's values past the
+// threshold are a forecast about other tensors: the fp32 loss scale an fp16
+// gradient's cast was warned about at 25613% of 65504).
+void AddWarningTrend(const RunSummary& s, const FindingRow& f, Diagnosis& d) {
+  int64_t first_step = -1, last_step = -1;
   double first = 0, last = 0;
   for (const FindingRow& w : s.warnings) {
-    if (w.op != op && w.top_op != op) continue;
+    if ((w.op != f.op && w.top_op != f.op) || w.phase != f.phase ||
+        !IsFp16Range(w.dtype) || w.step > f.step) {
+      continue;
+    }
     if (first_step < 0) {
       first_step = w.step;
       first = w.max_abs;
     }
+    last_step = w.step;
     last = w.max_abs;
   }
-  if (first_step >= 0) {
-    d.evidence.push_back(absl::StrFormat(
-        "it was warned about from step %d on: |x| rose from %.0f%% to %.0f%% "
-        "of 65504 before it overflowed",
-        first_step, 100 * first / kFp16Max, 100 * last / kFp16Max));
-  }
+  if (first_step < 0) return;
+  d.evidence.push_back(
+      first_step == last_step
+          ? absl::StrFormat("it was warned about at step %d: |x| reached %.0f%% of 65504 "
+                            "before it overflowed",
+                            first_step, 100 * first / kFp16Max)
+          : absl::StrFormat("it was warned about from step %d on: |x| rose from %.0f%% "
+                            "to %.0f%% of 65504 before it overflowed",
+                            first_step, 100 * first / kFp16Max, 100 * last / kFp16Max));
 }
 
 Diagnosis NonFiniteInput(const RunSummary& s, const FindingRow& f) {
@@ -125,7 +136,7 @@ Diagnosis CastOverflow(const RunSummary& s, const FindingRow& f) {
         FormatAbs(maker->max_abs), " at step ", maker->step, ")",
         maker->source.empty() ? "" : ", at " + maker->source));
   }
-  AddWarningTrend(s, f.op, d);
+  AddWarningTrend(s, f, d);
   d.fixes.push_back(absl::StrCat(
       "keep this tensor in float32, or cast it to bfloat16 (float32's range) "
       "instead of float16",
@@ -154,7 +165,7 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
       "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
       " turned finite inputs into ", f.dtype, " inf/NaN", reached,
       f.source.empty() ? "" : ", at " + f.source));
-  AddWarningTrend(s, f.op, d);
+  AddWarningTrend(s, f, d);
   if (s.steps > 0) {
     d.evidence.push_back(absl::StrFormat(
         "it happened %s: %d of %d steps ran before it",
@@ -197,7 +208,7 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
       f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
       " turned finite values into ", f.dtype, " inf/NaN; the forward pass was "
       "finite"));
-  AddWarningTrend(s, f.op, d);
+  AddWarningTrend(s, f, d);
   AddScalerEvidence(s, SkipsOf(s), d);
   d.fixes.push_back(
       "use loss scaling with skipping: torch.amp.GradScaler, or "

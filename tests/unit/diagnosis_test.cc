@@ -62,5 +62,32 @@ TEST(Diagnosis, InfNanKeptPastASkipAreAnOverflowStill) {
   EXPECT_EQ(Diagnose(s).kind, "backward_overflow");
 }
 
+TEST(Diagnosis, OnlyTheOpsOwnFp16WarningsBeforeItOverflowedAreItsTrend) {
+  RunSummary s;
+  s.steps = 30;
+  s.first_origin = BackwardOrigin(10);
+  s.nonfinite_steps = s.nonfinite_steps_kept = {10};
+  FindingRow w = BackwardOrigin(4);
+  w.kind = "near_max";
+  w.posinf = 0;
+  w.max_abs = 32752;
+  FindingRow wider = w;  // a forecast about an fp32 tensor of the same op
+  wider.dtype = "float32";
+  wider.max_abs = 1.6e7;
+  FindingRow forward = w;
+  forward.phase = "forward";
+  FindingRow after = w;
+  after.step = 12;
+  after.max_abs = 60000;
+  s.warnings = {wider, w, forward, after};
+  const Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "backward_overflow");
+  EXPECT_NE(std::find(d.evidence.begin(), d.evidence.end(),
+                      "it was warned about at step 4: |x| reached 50% of 65504 before it "
+                      "overflowed"),
+            d.evidence.end())
+      << ::testing::PrintToString(d.evidence);
+}
+
 }  // namespace
 }  // namespace nanhunt
