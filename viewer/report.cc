@@ -89,7 +89,7 @@ void WriteSeries(const std::vector<Trace>& traces, JsonWriter& j) {
         double& m = points[key][step];
         m = std::max(m, o.max_abs);
       }
-      if (!mask) nonfinite[step] += o.nonfinite;
+      if (!mask && o.nonfinite > 0) nonfinite[step] += o.nonfinite;  // steps with some
       auto& u = underflow[o.phase][step];
       u.first += o.underflow;
       u.second += o.elements;

@@ -78,6 +78,23 @@ def test_report_opens_offline_with_every_chart_drawn(script, charts, out):
         assert "demo/train.py:30" in dom
 
 
+def test_steps_whose_update_was_skipped_are_grey_among_the_non_finite(out):
+    # A loss scaler of the program's own skips 11 of 30 updates: their
+    # inf/NaN never reached a weight, and the chart tells them apart.
+    r = preload_run([PYTHON, SCRIPTS / "own_loss_scaler.py", "set-to-none"], out)
+    assert r.returncode == 0, r.stderr
+    page = out / "report.html"
+    made = run([NANHUNT, "report", "-o", page, out])
+    assert made.returncode == 0, made.stderr
+    dom, console = open_in_chromium(page)
+    assert console == [], console
+    [bars] = [c for c in drawn(dom) if c["id"] == "chart-nonfinite"]
+    assert bars["datasets"] == {"inf + NaN values": 0,
+                                "in a step whose update was skipped": 11}, bars
+    assert "every inf/NaN was in gradients the program&#39;s loss scaler skipped" in dom or \
+        "every inf/NaN was in gradients the program's loss scaler skipped" in dom
+
+
 def test_report_says_what_the_gpu_checked(out):
     # A GPU run's trace carries its device counters in meta (this machine
     # has no GPU: they are added to a real CPU run's trace); the report's
