@@ -52,6 +52,7 @@ Phase StepTracker::Refine(Phase phase, bool grad_enabled, bool takes_grad_input)
 bool StepTracker::OnOptimizerStepBegin() {
   const bool first = !seen_optimizer_;
   seen_optimizer_ = true;
+  in_optimizer_ = true;
   if (!first) return false;
   // The micro-batches of gradient accumulation before it, and the ops
   // between backward and this optimizer step (gradient clipping,
@@ -87,7 +88,9 @@ StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
 
 bool StepTracker::AtIterationWithoutUpdate(Phase phase, bool grad_enabled,
                                            bool takes_grad_input) const {
-  return phase == Phase::kForward && grad_enabled && takes_grad_input && saw_backward_;
+  // Inside an optimizer step, a closure's passes (LBFGS) are its own.
+  return phase == Phase::kForward && grad_enabled && takes_grad_input && saw_backward_ &&
+         !in_optimizer_;
 }
 
 int64_t StepTracker::OnUpdateSkipped() {
@@ -109,6 +112,7 @@ void StepTracker::OnGradientsKept() {
 
 bool StepTracker::OnOptimizerStepEnd() {
   optimizer_since_update_ = true;
+  in_optimizer_ = false;
   update_ended_ = true;
   seen_optimizer_ = true;
   tentative_ = 0;

@@ -83,6 +83,7 @@ class StepTracker {
   bool update_ended_ = false;       // an optimizer record ended since backward
   bool updated_since_backward_ = false;  // an op with grad mode off since
   int64_t tentative_ = 0;  // fallback advances without an update before them
+  bool in_optimizer_ = false;  // between an optimizer record's begin and end
 
   // Undoes the tentative advances; returns the step they return to.
   int64_t UndoTentative();

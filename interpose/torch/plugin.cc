@@ -280,9 +280,13 @@ void OnLateVerdict(const LateOp& op, Verdict verdict) {
   std::abort();
 }
 
-Phase CurrentPhase(const ThreadState& ts) {
+// `grad_enabled`: grad mode as the op (its top-level op) began. torch.optim
+// updates with grad mode off; what runs inside its step with grad mode on
+// is a closure's forward pass (LBFGS, SAM's second pass re-evaluating the
+// loss).
+Phase CurrentPhase(const ThreadState& ts, bool grad_enabled) {
   if (torch_compat::InBackward()) return Phase::kBackward;
-  if (ts.optimizer_depth > 0) return Phase::kOptimizer;
+  if (ts.optimizer_depth > 0 && !grad_enabled) return Phase::kOptimizer;
   return Phase::kForward;
 }
 
@@ -545,8 +549,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.overload = fn.overload_name();
   call.top_op = top_op ? top_op : "";
   call.forward_op = forward_op ? forward_op : "";
-  call.phase = CurrentPhase(ts);
   call.grad_enabled = top != nullptr ? top->grad_at_start : c10::GradMode::is_enabled();
+  call.phase = CurrentPhase(ts, call.grad_enabled);
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
   call.thread = fn.threadId();
@@ -606,7 +610,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   OpEvent event;
   event.op = frame.name;
   event.top_op = top_op ? top_op : "";
-  event.phase = CurrentPhase(ts);
+  event.phase = CurrentPhase(ts, call.grad_enabled);
   event.grad_enabled = call.grad_enabled;
   event.takes_grad_input = takes_grad_input;
   event.forward_op = forward_op ? forward_op : "";

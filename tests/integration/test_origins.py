@@ -141,3 +141,28 @@ def test_a_copy_into_a_buffer_that_held_inf_is_judged_by_its_source(out, tmp_pat
     assert origins == [("aten::mul", "float16"), ("aten::copy_", "float16")], origins
     copy = findings(out, "origin")[1]
     assert "#0" not in copy["inputs"] and copy["inputs"].startswith("#1 float32[4]"), copy["inputs"]
+
+
+def test_an_overflow_in_an_optimizer_closure_is_in_the_forward_pass(out, tmp_path):
+    # LBFGS re-evaluates the loss in a closure inside its step, with grad
+    # mode on: that is a forward pass, not the update (it was "optimizer").
+    preload_script(
+        tmp_path / "closure_overflow.py",
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.nn.Parameter(torch.full((16, 16), 1.0, dtype=torch.float16))\n"
+        "opt = torch.optim.LBFGS([w], max_iter=3)\n"
+        "for step in range(3):\n"
+        "    x = torch.full((8, 16), 8000.0 if step == 1 else 0.01, dtype=torch.float16)\n"
+        "    def closure():\n"
+        "        opt.zero_grad()\n"
+        "        loss = (x @ w).float().square().mean()\n"
+        "        loss.backward()\n"
+        "        return loss\n"
+        "    opt.step(closure)\n", out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "forward", 1), first
+    assert first["source"].endswith("closure_overflow.py:9 in closure"), first
+    assert j["steps"] == 3
+    assert j["program_skipped_steps"] == []

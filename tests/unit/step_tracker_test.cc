@@ -98,6 +98,18 @@ TEST(StepTracker, AnUpdateTheProgramSkippedEndsItsStep) {
   EXPECT_EQ(t.step(), 3);
 }
 
+TEST(StepTracker, AClosuresPassesInsideTheOptimizerStepAreNoNewIteration) {
+  StepTracker t;
+  t.OnOptimizerStepBegin();  // LBFGS: forward and backward in its closure
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_FALSE(t.AtIterationWithoutUpdate(Phase::kForward, true, true));
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOptimizerStepEnd();
+  EXPECT_EQ(t.step(), 1);
+}
+
 TEST(StepTracker, SkippedUpdatesBeforeAnyOptimizerStepAreNotUndone) {
   StepTracker t;
   // A scaler that starts too high skips the first update.
