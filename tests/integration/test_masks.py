@@ -1,7 +1,6 @@
 """-inf masks are put into attention scores on purpose: nanhunt must not call
 them non-finite data or an origin, and must still catch what a mask can
 break (a row masked entirely makes NaN in softmax)."""
-import json
 import re
 
 from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, preload_script, run, view_json
@@ -54,8 +53,8 @@ def test_the_report_neither_charts_nor_counts_masks(out, tmp_path):
     made = run([NANHUNT, "report", "-o", page, out])
     assert made.returncode == 0, made.stderr
     html = page.read_text()
-    nonfinite = re.search(r'"nonfinite":(\[\[.*?\]\])', html).group(1)
-    assert all(n == 0 for _, n in json.loads(nonfinite)), nonfinite
+    # No step with inf/NaN values: the masks are not counted as any.
+    assert '"nonfinite":[]' in html, re.search(r'"nonfinite":.{0,80}', html)
     charted = re.findall(r'\{"name":"(aten::[a-z_]+) \(', html)
     assert charted and not set(charted) & {"aten::masked_fill", "aten::masked_fill_",
                                           "aten::add", "aten::full", "aten::triu"}, charted
