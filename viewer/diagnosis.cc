@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check_limits.h"
 #include "viewer/diagnosis_math.h"
+#include "viewer/diagnosis_update.h"
 #include "viewer/scaler_skips.h"
 
 namespace nanhunt {
@@ -243,6 +244,7 @@ Diagnosis Diagnose(const RunSummary& s) {
       if (auto mask = MaskMadeNonFinite(s, f)) return *mask;
       if (auto math = InvalidMath(s, f)) return *math;
     }
+    if (auto state = Fp16OptimizerState(s, f)) return *state;
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }
   if (!s.first_origin && s.first_received) {

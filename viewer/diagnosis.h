@@ -13,7 +13,7 @@ namespace nanhunt {
 
 struct Diagnosis {
   // forward_overflow, backward_overflow, invalid_math, nonfinite_input,
-  // skipped_steps, underflow, healthy (and received, for a rank that only
+  // skipped_steps, underflow, fp16_optimizer_state, healthy (and received, for a rank that only
   // got inf/NaN from others).
   std::string kind;
   std::string title;                  // one line for a newcomer

@@ -484,6 +484,17 @@ bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
 
 // Most ops of a step are views and allocations, whose end has nothing to
 // do: tested inline, before the call to OpEnded and its long prologue.
+std::vector<c10::IValue> WrittenArguments(const std::vector<c10::IValue>& inputs,
+                                          const OpTraits& traits) {
+  std::vector<c10::IValue> written;
+  for (int i : traits.written_args) {
+    if (i >= 0 && static_cast<size_t>(i) < inputs.size()) {
+      written.push_back(inputs[static_cast<size_t>(i)]);
+    }
+  }
+  return written;
+}
+
 bool HasWorkAtEnd(const OpTraits& traits) {
   return !(traits.view || traits.uninitialised) || traits.scaler_update || traits.collective;
 }
@@ -508,6 +519,12 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     monitor.NoteCollective(StoragesOf(frame.inputs));
   }
   if (traits.view || traits.uninitialised) return;
+  // An in-place op that returns nothing (_foreach_addcdiv_, _fused_adam_:
+  // torch.optim's foreach and fused updates) has its written arguments for
+  // outputs: the parameters and state it updated.
+  const std::vector<c10::IValue> written =
+      fn.outputs().empty() ? WrittenArguments(frame.inputs, traits) : std::vector<c10::IValue>();
+  const std::vector<c10::IValue>& outputs = written.empty() ? fn.outputs() : written;
 
   const char* top_op = nullptr;
   const char* forward_op = nullptr;
@@ -555,26 +572,26 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.top_level = top_op == nullptr;
   call.thread = fn.threadId();
   call.kernel_mark = frame.kernel_mark;
-  if (CheckOnDevice(call, frame.inputs, fn.outputs(), traits, *session, *g_torch_dir)) {
+  if (CheckOnDevice(call, frame.inputs, outputs, traits, *session, *g_torch_dir)) {
     return;
   }
   // Copies and scalar fills make no new values unless they convert a dtype
   // or are given a non-finite scalar, or a mask constant (whose memory the
   // registry must know: torch.full(..., torch.finfo(dtype).min)).
-  if (traits.copies_values && SameFloatingDtype(frame.inputs, fn.outputs())) {
-    CarryNonFinite(frame.inputs, fn.outputs(), traits);
-    monitor.NoteCopy(StoragesOf(frame.inputs), StoragesOf(fn.outputs()));
+  if (traits.copies_values && SameFloatingDtype(frame.inputs, outputs)) {
+    CarryNonFinite(frame.inputs, outputs, traits);
+    monitor.NoteCopy(StoragesOf(frame.inputs), StoragesOf(outputs));
     return;
   }
   if (traits.fills_with_scalar && !HasNonFiniteScalar(frame.inputs) &&
       !HasMaskConstantScalar(frame.name, frame.inputs)) {
-    ForgetWholeStorages(fn.outputs());
+    ForgetWholeStorages(outputs);
     return;
   }
   if (CopiedFromGpuLater(frame.inputs, traits)) {
     // Its host outputs hold stale values now (a fp16 gradient copied into a
     // fp32 host buffer, as DeepSpeed's offload does): counted, not judged.
-    for (const c10::IValue& v : fn.outputs()) {
+    for (const c10::IValue& v : outputs) {
       if (v.isTensor() && v.toTensor().defined() &&
           torch_compat::FormatOf(v.toTensor().scalar_type())) {
         CountUnchecked(OutputOwner{frame.name, call.phase}, UncheckedReason::kArrivesLater,
@@ -592,7 +609,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   absl::Cleanup release_outputs = [&ts] { ts.output_tensors.clear(); };
   // Ops made of nested ops reuse what those found for the same memory
   // (results remembered since this op began); all others scan.
-  CheckOutputs(fn.outputs(), OutputOwner{frame.name, call.phase, -1, traits.composite},
+  CheckOutputs(outputs, OutputOwner{frame.name, call.phase, -1, traits.composite},
                monitor.limits(),
                traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
                                              : CacheUse::kRemember,
@@ -619,7 +636,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.contains_warning = frame.contains_warning;
   event.composite = traits.composite;
   event.thread = fn.threadId();
-  event.loss_scaling = TouchesLossScale(frame.inputs, fn.outputs());
+  event.loss_scaling = TouchesLossScale(frame.inputs, outputs);
   event.scaled_gradients = ScaledGradients(event.phase);
   event.others_unchecked = OthersUnchecked(*session);
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
@@ -650,7 +667,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     const bool bad = AnyNonFinite(ts.output_facts[i].counts);
     RememberChecked(ts.output_tensors[i], StorageStateAfter(verdict, bad));
   }
-  if (!traits.collective) monitor.ForgetCollective(StoragesOf(fn.outputs()));
+  if (!traits.collective) monitor.ForgetCollective(StoragesOf(outputs));
   if (parent != nullptr) {
     parent->contains_finding |= verdict == Verdict::kOrigin ||
                                 verdict == Verdict::kInput ||

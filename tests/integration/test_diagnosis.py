@@ -14,6 +14,7 @@ CASES = [
     (SCRIPTS / "vanishing_gradients.py", "underflow", ""),
     (SCRIPTS / "healthy_training.py", "healthy", ""),
     (SCRIPTS / "log_of_zero.py", "invalid_math", "aten::log"),
+    (SCRIPTS / "adam_on_fp16_weights.py", "fp16_optimizer_state", "aten::addcdiv_"),
 ]
 
 
@@ -31,6 +32,20 @@ def test_each_class_from_a_script_that_shows_it(script, kind, op, out):
     text = run([NANHUNT, "view", out]).stdout
     assert f"DIAGNOSIS  {d['title'][:40]}" in text
     assert max(len(line) for line in text.splitlines()) <= 100
+
+
+@pytest.mark.parametrize("implementation,op,step", [
+    ("foreach", "aten::_foreach_addcdiv_", 0), ("fused", "aten::_fused_adam_", 2)])
+def test_foreach_and_fused_updates_are_checked_as_they_write(implementation, op, step, out):
+    # They return nothing: the parameters and state they write are their
+    # outputs. Unchecked, the run was 'healthy' with a NaN loss from step 1
+    # (on a GPU the next forward pass read NaN "from the data").
+    r = preload_run([PYTHON, SCRIPTS / "adam_on_fp16_weights.py", implementation], out)
+    assert r.returncode == 0, r.stderr
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == (op, "optimizer", step), first
+    assert j["diagnosis"]["kind"] == "fp16_optimizer_state", j["diagnosis"]
 
 
 def test_tiny_gradients_in_bf16_are_no_underflow_but_a_forecast(out):

@@ -89,5 +89,25 @@ TEST(Diagnosis, OnlyTheOpsOwnFp16WarningsBeforeItOverflowedAreItsTrend) {
       << ::testing::PrintToString(d.evidence);
 }
 
+TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
+  RunSummary s;
+  s.steps = 5;
+  FindingRow f = BackwardOrigin(0);
+  f.op = "aten::_foreach_addcdiv_";
+  f.phase = "optimizer";
+  f.forward_op.clear();
+  s.first_origin = f;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {0, 1, 2, 3, 4};
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "fp16_optimizer_state");
+  EXPECT_EQ(d.op, "aten::_foreach_addcdiv_");
+  // bf16 state holds eps and small squares; SGD's update divides nothing.
+  s.first_origin->dtype = "bfloat16";
+  EXPECT_NE(Diagnose(s).kind, "fp16_optimizer_state");
+  s.first_origin->dtype = "float16";
+  s.first_origin->op = "aten::_foreach_add_";
+  EXPECT_EQ(Diagnose(s).kind, "backward_overflow");
+}
+
 }  // namespace
 }  // namespace nanhunt
