@@ -116,6 +116,9 @@ bool CarriesMasks(absl::string_view op) {
       "aten::max_pool3d", "aten::max_pool1d_with_indices", "aten::max_pool2d_with_indices",
       "aten::max_pool3d_with_indices", "aten::adaptive_max_pool1d",
       "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d",
+      // Moving values into a new layout, the rest zeros.
+      "aten::rot90",      "aten::diag_embed",  "aten::diag",         "aten::block_diag",
+      "aten::unfold_copy", "aten::take",       "aten::im2col",
       // An additive mask in a matmul (nn.MultiheadAttention's
       // baddbmm(mask, q, k^T)), log-space sums of masked (log 0) terms.
       "aten::baddbmm",    "aten::rsub",        "aten::logaddexp",    "aten::logsumexp",

@@ -175,7 +175,7 @@ def test_a_sum_over_a_mask_a_composite_op_moved_is_still_an_origin(out):
     assert r.returncode == 0, r.stderr
     first = view_json(out)["first_origin"]
     assert (first["op"], first["step"]) == ("aten::sum", 2), first
-    assert first["source"].endswith("masks_through_shape_ops.py:39 in <module>"), first["source"]
+    assert first["source"].endswith("masks_through_shape_ops.py:47 in <module>"), first["source"]
     assert "put there by a mask" in first["inputs"], first
 
 

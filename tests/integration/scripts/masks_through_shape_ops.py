@@ -2,7 +2,8 @@
 # and text models write them: invalid-action masking under
 # torch.distributions.Categorical (log_prob broadcasts the masked logits),
 # masked logits stacked (hstack, vstack, concat), broadcast, tiled,
-# repeated, split, cast (type_as), and max-pooled over masked time steps.
+# repeated, split, cast (type_as), rotated, put on a diagonal or in blocks,
+# unfolded into windows, and max-pooled over masked time steps.
 # Healthy. With MASK_SUMMED=<step>, the masked logits are summed into the
 # loss at that step: a sum over masked entries is real -inf.
 import os
@@ -29,6 +30,13 @@ for step in range(4):
              logits.type_as(torch.zeros(1, dtype=torch.float64)),
              torch.fmax(logits, logits - 1), *logits.unsafe_chunk(2, 0)]
     loss = loss + sum(m.flatten(1).logsumexp(-1).sum() * 0 for m in moved)
+    # Rotated, on a diagonal, in blocks, in windows, taken by index: whole
+    # columns are masked, so each is summed over all its entries.
+    placed = [torch.rot90(logits), torch.diag_embed(logits[0]), torch.diag(logits[0]),
+              torch.block_diag(logits, logits), logits.unfold(1, 2, 1).contiguous(),
+              torch.take(logits, torch.tensor([3, 4, 5])),
+              F.unfold(logits[None, None], (1, 2))]
+    loss = loss + sum(m.flatten().logsumexp(0) * 0 for m in placed)
     # Max over time in a text CNN, with the padded steps at -inf.
     features = conv(logits.detach().clamp(min=-3).t()[None])
     padded = torch.zeros(1, 1, 5, dtype=torch.bool)
