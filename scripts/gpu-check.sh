@@ -136,6 +136,26 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/finfo-check.txt || { failed+=("finfo.min masks on CUDA"); tail -20 "$build/finfo--1.log"; }
 
+echo "== Adam's foreach update on fp16 weights on CUDA: checked as it writes, its fp16 state named"
+rm -rf "$build"/adam-fp16
+DEVICE=cuda "$build"/bin/nanhunt run --out "$build"/adam-fp16 -- "$python" \
+  tests/integration/scripts/adam_on_fp16_weights.py foreach > "$build"/adam-fp16.log 2>&1 || true
+"$build"/bin/nanhunt view --json "$build"/adam-fp16 > "$build"/adam-fp16.json || true
+("$python" - "$build"/adam-fp16.json <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    r = {"error": repr(e)}
+o, d = r.get("first_origin") or {}, r.get("diagnosis") or {}
+ok = (o.get("op") == "aten::_foreach_addcdiv_" and o.get("phase") == "optimizer"
+      and d.get("kind") == "fp16_optimizer_state")
+print(f"Adam foreach on fp16 weights, CUDA: first origin {o.get('op')} ({o.get('phase')}) "
+      f"step {o.get('step')}, diagnosis {d.get('kind')}: {'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/adam-fp16-check.txt || { failed+=("Adam foreach on CUDA"); tail -20 "$build"/adam-fp16.log; }
+
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
 "$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
@@ -266,7 +286,7 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check raise-check finfo-check streams-check graph-check batch-check batch-replay; do
+for part in demo-cuda-check raise-check finfo-check adam-fp16-check streams-check graph-check batch-check batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done
 sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt 2>/dev/null

@@ -4,19 +4,21 @@
 # in fp16, and Adam's update divides 0 by 0 at the first step. argv[1]:
 # torch.optim's implementation, for-loop (the CPU's default), foreach (the
 # GPU's) or fused (its fp32 arithmetic divides by eps, but its fp16 state
-# overflows as the gradients grow).
+# overflows as the gradients grow). DEVICE=cuda trains on the GPU.
+import os
 import sys
 
 import torch
 
 torch.manual_seed(0)
-emb = torch.nn.Embedding(100, 16).half()
-head = torch.nn.Linear(16, 1).half()
+device = os.environ.get("DEVICE", "cpu")
+emb = torch.nn.Embedding(100, 16).half().to(device)
+head = torch.nn.Linear(16, 1).half().to(device)
 implementation = sys.argv[1] if len(sys.argv) > 1 else "for-loop"
 opt = torch.optim.Adam(list(emb.parameters()) + list(head.parameters()), lr=1e-3,
                        foreach=implementation == "foreach", fused=implementation == "fused")
 for step in range(5):
-    ids = torch.randint(0, 50, (32,))
+    ids = torch.randint(0, 50, (32,)).to(device)
     loss = head(emb(ids)).float().pow(2).mean()
     opt.zero_grad()
     loss.backward()
