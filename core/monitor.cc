@@ -744,7 +744,14 @@ void Monitor::FlushStep() {
   absl::MutexLock lock(&mu_);
   // At exit: what ran after the last step ended is only a step if it
   // trained (a run killed mid-step); its statistics are written either way.
-  if (!step_trained_) call_index_ = 0;
+  if (!step_trained_) {
+    call_index_ = 0;
+  } else if (writer_ && call_index_ > 0) {
+    // Its update, or a loss scaler's skip of it, never came: no verdict on
+    // its gradients.
+    writer_->Add(EventRow{clock_(), kUnfinishedStep,
+                          absl::StrCat("step ", steps_.step(), ": ", kUnfinishedStepDetail)});
+  }
   WriteStepLocked(steps_.step(), clock_());
   WriteLateStepsLocked(std::numeric_limits<int64_t>::max());
 }

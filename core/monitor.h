@@ -276,7 +276,8 @@ class Monitor {
   int64_t program_skips() const;
 
   // Writes the current step's statistics (at exit; steps also flush
-  // themselves when they end).
+  // themselves when they end). A step that trained and had not ended is
+  // an events row kUnfinishedStep.
   void FlushStep();
 
   // The first origin (or input finding) seen, if any, and the latest.

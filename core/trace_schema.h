@@ -48,4 +48,12 @@ inline constexpr const char kProgramSkippedUpdateDetail[] =
     "step; no gradient, weight or buffer kept them: the program skipped "
     "the update (its own loss scaler)";
 
+// An events row for a step the process ended in, after it trained and
+// before its optimizer step ended it (a run that stopped mid-iteration);
+// its detail starts "step N: ".
+inline constexpr const char kUnfinishedStep[] = "unfinished_step";
+inline constexpr const char kUnfinishedStepDetail[] =
+    "the process ended in this step, before an optimizer step or a loss "
+    "scaler's skip ended it";
+
 }  // namespace nanhunt

@@ -34,6 +34,10 @@ double SkippedShare(const ScalerSkips& k) {
 int64_t StepsTheScalerHandled(const RunSummary& s, const ScalerSkips& k) {
   if (k.decided == 0 || k.steps.empty()) return -1;
   for (int64_t step : s.nonfinite_steps_kept) {
+    // A run stopped after a backward pass, before the scaler decided.
+    if (std::binary_search(s.unfinished_steps.begin(), s.unfinished_steps.end(), step)) {
+      continue;
+    }
     if (!std::binary_search(k.steps.begin(), k.steps.end(), step)) return -1;
   }
   int64_t settling = 0;

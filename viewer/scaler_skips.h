@@ -34,7 +34,8 @@ double SkippedShare(const ScalerSkips& k);
 // when it handled every inf/NaN of the run: each step whose inf/NaN may
 // have outlived it is one it skipped, and past those first steps it
 // skipped few (as it does when it grows its scale again, every
-// growth_interval steps). -1 when the run is not so.
+// growth_interval steps). -1 when the run is not so. The step a run
+// stopped in before the scaler decided on it is neither.
 int64_t StepsTheScalerHandled(const RunSummary& s, const ScalerSkips& k);
 
 // Evidence of what the scaler did: its scale history (GradScaler), or the

@@ -190,6 +190,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   std::set<int64_t> bad_steps;
   std::set<int64_t> kept_steps;  // of bad_steps
   std::set<int64_t> program_skips;
+  std::set<int64_t> unfinished;
   for (const Trace& t : traces) {
     s.traces.push_back(t.path);
     for (const auto& p : t.problems) s.problems.push_back(t.path + ": " + p);
@@ -364,6 +365,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       total.last_step = std::max(total.last_step, u.last_step);
     }
     program_skips.insert(t.program_skipped_steps.begin(), t.program_skipped_steps.end());
+    unfinished.insert(t.unfinished_steps.begin(), t.unfinished_steps.end());
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops == 0) continue;
@@ -407,6 +409,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   s.nonfinite_steps.assign(bad_steps.begin(), bad_steps.end());
   s.nonfinite_steps_kept.assign(kept_steps.begin(), kept_steps.end());
   s.program_skipped_steps.assign(program_skips.begin(), program_skips.end());
+  s.unfinished_steps.assign(unfinished.begin(), unfinished.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
   return s;
 }

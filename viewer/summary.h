@@ -51,6 +51,9 @@ struct RunSummary {
   // Steps whose program skipped the update itself (its own loss scaler:
   // Trace::program_skipped_steps); they are not in nonfinite_steps_kept.
   std::vector<int64_t> program_skipped_steps;
+  // Steps a process ended in before their update or skip (a run stopped
+  // mid-iteration): no loss scaler decided on them.
+  std::vector<int64_t> unfinished_steps;
   // What nanhunt changed in the run (interventions switched on).
   std::vector<std::pair<std::string, int64_t>> fp32_ops;  // op, calls in fp32
   std::vector<std::string> fp32_learned;  // NANHUNT_FP32_OPS=auto

@@ -341,6 +341,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
         t.problems);
   t.dropped_steps = StepsOfEvents(db, kNonFiniteDropped, t.problems);
   t.program_skipped_steps = StepsOfEvents(db, kProgramSkippedUpdate, t.problems);
+  t.unfinished_steps = StepsOfEvents(db, kUnfinishedStep, t.problems);
   if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later
     Query(db, "loss_scale",
           "SELECT step, scale, skipped FROM loss_scale ORDER BY rowid",

@@ -55,6 +55,8 @@ struct Trace {
   // Iterations whose program skipped the update itself, each a step
   // (events kProgramSkippedUpdate).
   std::vector<int64_t> program_skipped_steps;
+  // The step the process ended in mid-iteration (events kUnfinishedStep).
+  std::vector<int64_t> unfinished_steps;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   std::vector<std::string> problems;  // what could not be read, and why
 };

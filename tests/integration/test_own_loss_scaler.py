@@ -55,6 +55,25 @@ def test_skips_are_the_programs_and_the_run_is_healthy(out, mode):
     assert f"{len(skipped)} of 30 updates skipped" in view, view
 
 
+def test_a_run_that_stops_after_an_overflow_is_still_healthy(out):
+    # Iteration 26 overflows and the run ends there, before the program
+    # went on to skip it: no verdict on its gradients, not NaN that reached
+    # the weights.
+    r = preload_run([PYTHON, SCRIPT, "set-to-none", "27"], out)
+    assert r.returncode == 0, r.stderr
+    skipped = skipped_by_the_script(r.stdout)
+    assert skipped[-1] == 26, skipped
+    j = view_json(out)
+    assert j["steps"] == 27
+    assert j["program_skipped_steps"] == skipped[:-1]
+    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
+    [trace] = out.glob("*.sqlite")
+    assert sqlite3.connect(trace).execute(
+        "SELECT detail FROM events WHERE kind = 'unfinished_step'").fetchall() == [
+            ("step 26: the process ended in this step, before an optimizer step or a "
+             "loss scaler's skip ended it",)]
+
+
 def test_a_scaler_that_skips_half_the_updates_stalls_training(out):
     r = monitored("stalled", out)
     skipped = skipped_by_the_script(r.stdout)

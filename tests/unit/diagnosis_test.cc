@@ -55,6 +55,22 @@ TEST(Diagnosis, TheProgramsScalerSkippingEveryOtherUpdateStalls) {
   EXPECT_EQ(d.op, "aten::addmm") << "the forward op of the overflowing backward op";
 }
 
+TEST(Diagnosis, AStepTheRunStoppedInBeforeTheScalerDecidedIsNoOverflow) {
+  // GradScaler skipped steps 0-2; the run was stopped after step 29's
+  // backward pass overflowed, before its scaler update.
+  RunSummary s;
+  s.steps = 30;
+  for (int64_t step = 0; step < 29; ++step) s.loss_scale.push_back({step, 65536.0, step < 3});
+  s.skipped_steps = {0, 1, 2};
+  s.first_origin = BackwardOrigin(0);
+  s.nonfinite_steps = {0, 1, 2, 29};
+  s.nonfinite_steps_kept = {0, 1, 2, 29};
+  EXPECT_EQ(Diagnose(s).kind, "backward_overflow");
+  s.unfinished_steps = {29};
+  EXPECT_EQ(StepsTheScalerHandled(s, SkipsOf(s)), 3);
+  EXPECT_EQ(Diagnose(s).kind, "healthy");
+}
+
 TEST(Diagnosis, InfNanKeptPastASkipAreAnOverflowStill) {
   RunSummary s = ProgramScaler(30, {0, 1, 2});
   s.nonfinite_steps.push_back(9);  // NaN that reached the weights

@@ -10,6 +10,7 @@
 #   accumulate   two micro-batches per update, checked after both
 #   stalled      the scale doubles after every good update: half are skipped
 #   no-check     no overflow check: non-finite gradients reach the weights
+# argv[2]: how many iterations (30).
 import sys
 
 import torch
@@ -24,7 +25,7 @@ scale, good = 2.0**24, 0
 grow_after = 1 if mode == "stalled" else 4
 micro_batches = 2 if mode == "accumulate" else 1
 x, y = torch.randn(64, 32).half(), torch.randn(64, 1)
-for it in range(30):
+for it in range(int(sys.argv[2]) if len(sys.argv) > 2 else 30):
     if mode == "in-place":
         for p in model.parameters():
             if p.grad is not None:
