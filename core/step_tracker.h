@@ -75,6 +75,9 @@ class StepTracker {
   void OnGradientsKept();
 
  private:
+  // Undoes the tentative advances; returns the step they return to.
+  int64_t UndoTentative();
+
   int64_t step_ = 0;
   bool seen_optimizer_ = false;
   bool saw_backward_ = false;       // since the last fallback advance
@@ -84,9 +87,6 @@ class StepTracker {
   bool updated_since_backward_ = false;  // an op with grad mode off since
   int64_t tentative_ = 0;  // fallback advances without an update before them
   bool in_optimizer_ = false;  // between an optimizer record's begin and end
-
-  // Undoes the tentative advances; returns the step they return to.
-  int64_t UndoTentative();
   bool optimizer_since_update_ = false;  // an optimizer step ended since the
                                          // last scaler update
 };
