@@ -169,4 +169,6 @@ bool WritesNoValues(absl::string_view record) {
   return record == "detach" || record == "detach_";
 }
 
+bool AnnotatesOnly(absl::string_view op) { return op == "aten::record_stream"; }
+
 }  // namespace nanhunt

@@ -99,4 +99,10 @@ bool IsBookkeepingRecord(absl::string_view name);
 // write anything, as far as held-back GPU checks are concerned.
 bool WritesNoValues(absl::string_view record);
 
+// Ops whose schema marks a tensor written though they change none of its
+// values: record_stream (the caching allocator's note that another stream
+// uses the memory, often a buffer nothing has written yet). An in-place op
+// that returns nothing is otherwise checked through what it writes.
+bool AnnotatesOnly(absl::string_view op);
+
 }  // namespace nanhunt

@@ -484,9 +484,10 @@ bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
 
 // Most ops of a step are views and allocations, whose end has nothing to
 // do: tested inline, before the call to OpEnded and its long prologue.
-std::vector<c10::IValue> WrittenArguments(const std::vector<c10::IValue>& inputs,
+std::vector<c10::IValue> WrittenArguments(const char* op, const std::vector<c10::IValue>& inputs,
                                           const OpTraits& traits) {
   std::vector<c10::IValue> written;
+  if (AnnotatesOnly(op)) return written;
   for (int i : traits.written_args) {
     if (i >= 0 && static_cast<size_t>(i) < inputs.size()) {
       written.push_back(inputs[static_cast<size_t>(i)]);
@@ -523,7 +524,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // torch.optim's foreach and fused updates) has its written arguments for
   // outputs: the parameters and state it updated.
   const std::vector<c10::IValue> written =
-      fn.outputs().empty() ? WrittenArguments(frame.inputs, traits) : std::vector<c10::IValue>();
+      fn.outputs().empty() ? WrittenArguments(frame.name, frame.inputs, traits)
+                           : std::vector<c10::IValue>();
   const std::vector<c10::IValue>& outputs = written.empty() ? fn.outputs() : written;
 
   const char* top_op = nullptr;

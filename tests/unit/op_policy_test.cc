@@ -37,6 +37,8 @@ TEST(OpPolicy, OnlyAutogradsDetachRecordsAreKnownToWriteNoValues) {
   EXPECT_TRUE(WritesNoValues("detach_"));
   EXPECT_FALSE(WritesNoValues("aten::detach_"));
   EXPECT_FALSE(WritesNoValues("my_extension_op"));
+  EXPECT_TRUE(AnnotatesOnly("aten::record_stream"));
+  EXPECT_FALSE(AnnotatesOnly("aten::_foreach_addcdiv_"));
 }
 
 TEST(OpPolicy, MaskConstantsAreFormatLimitsOrLargeNegativeFills) {
