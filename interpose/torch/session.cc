@@ -344,6 +344,13 @@ void Session::Finish() {
   } else {
     absl::StrAppend(&line, "\nnanhunt: no non-finite values seen in what was checked");
   }
+  if (const int64_t skips = monitor_->program_skips(); skips > 0) {
+    // The origin above is then often in gradients the program threw away.
+    absl::StrAppend(&line, "\nnanhunt: the program skipped ", skips, " update",
+                    skips == 1 ? "" : "s",
+                    " after non-finite gradients (a loss scaler of its own), without an "
+                    "optimizer step");
+  }
   absl::StrAppend(&line, "\nnanhunt: details: nanhunt view ",
                   config_.out_dir);
   fprintf(stderr, "%s\n", line.c_str());

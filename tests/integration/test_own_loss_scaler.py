@@ -51,6 +51,8 @@ def test_skips_are_the_programs_and_the_run_is_healthy(out, mode):
     # The backward of the fp32 loss's cast to fp16 is where they overflow.
     assert details[0].endswith("first non-finite gradients came from aten::to "
                                "(backward of aten::_to_copy)"), details[0]
+    assert (f"nanhunt: the program skipped {len(skipped)} updates after non-finite "
+            "gradients (a loss scaler of its own), without an optimizer step") in r.stderr
     view = run([NANHUNT, "view", out]).stdout
     assert f"{len(skipped)} of 30 updates skipped" in view, view
 
