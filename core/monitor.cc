@@ -196,6 +196,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
       if (e.top_op.empty()) JudgeIterationWithoutUpdateLocked(e, context, now);
       if (e.top_op.empty() &&
           steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
+        RenumberLocked();
         WriteStepLocked(steps_.step() - 1, now);
       }
       e.phase = steps_.Refine(e.phase, e.grad_enabled, e.takes_grad_input);
@@ -310,6 +311,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
                                       bool takes_grad_input, bool top_level) {
   absl::MutexLock lock(&mu_);
   if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
+    RenumberLocked();
     WriteStepLocked(steps_.step() - 1, clock_());
   }
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
@@ -565,6 +567,15 @@ void Monitor::ForgetCollective(absl::Span<const void* const> storages) {
 void Monitor::OnOptimizerStepBegin() {
   absl::MutexLock lock(&mu_);
   steps_.OnOptimizerStepBegin();
+  RenumberLocked();
+}
+
+void Monitor::RenumberLocked() {
+  // Rows already written under the tentative numbers of micro-batches
+  // (the first iteration of gradient accumulation) join their step. GPU
+  // results delivered after this keep the number they were enqueued with.
+  const std::optional<StepTracker::Renumbering> r = steps_.TakeRenumbering();
+  if (r && writer_) writer_->Add(StepRenumberRow{r->first, r->last, r->to});
 }
 
 void Monitor::OnScalerUpdate(double scale, bool skipped) {
@@ -575,6 +586,7 @@ void Monitor::OnScalerUpdate(double scale, bool skipped) {
 StepTracker::ScalerStep Monitor::OnScalerUpdateStep() {
   absl::MutexLock lock(&mu_);
   const StepTracker::ScalerStep s = steps_.OnScalerUpdate();
+  RenumberLocked();
   if (s.advanced) WriteStepLocked(s.step, clock_(), /*ended=*/true);
   return s;
 }
@@ -623,6 +635,7 @@ void Monitor::JudgeIterationWithoutUpdateLocked(const OpEvent& e, OpContext& con
 void Monitor::RecordProgramSkipLocked(double now) {
   ++program_skips_;
   const int64_t step = steps_.OnUpdateSkipped();
+  RenumberLocked();
   if (writer_) {
     writer_->Add(EventRow{
         now, kProgramSkippedUpdate,

@@ -328,6 +328,8 @@ class Monitor {
   template <class Ops>
   void WriteOpStatsLocked(int64_t step, Ops& ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Has the trace renumber the rows of steps the tracker just undid.
+  void RenumberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `step`'s statistics and its steps row, and starts a new step.
   // The row is left out for a step with no checked op unless `ended` (an
   // optimizer step or a GradScaler skip ended it: in sample mode a step may

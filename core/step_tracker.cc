@@ -1,5 +1,7 @@
 #include "core/step_tracker.h"
 
+#include <algorithm>
+
 namespace nanhunt {
 
 bool StepTracker::OnOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
@@ -24,12 +26,17 @@ bool StepTracker::OnOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
   post_backward_ = false;
   if (saw_backward_ && !seen_optimizer_) {
     saw_backward_ = false;
+    if (!updated_since_backward_ && seen_update_) {
+      // The program ends its iterations with an update, and this backward
+      // pass had none: the next micro-batch of gradient accumulation.
+      return false;
+    }
     fallback_advanced_ = true;
     if (updated_since_backward_) {
       // An update ended the iteration: the advances since the last one
       // were micro-batches of it.
-      step_ -= tentative_;
-      tentative_ = 0;
+      seen_update_ = true;
+      UndoTentative();
     } else {
       ++tentative_;
     }
@@ -60,15 +67,28 @@ bool StepTracker::OnOptimizerStepBegin() {
   int64_t undo = tentative_;
   if (fallback_advanced_ && undo == 0) undo = 1;
   fallback_advanced_ = false;
-  tentative_ = 0;
-  step_ -= undo;
+  Undo(undo);
   return undo > 0;
 }
 
-int64_t StepTracker::UndoTentative() {
-  step_ -= tentative_;
+int64_t StepTracker::Undo(int64_t count) {
   tentative_ = 0;
+  if (count <= 0) return step_;
+  const int64_t last = step_;
+  step_ -= count;
+  // Undone twice before the caller read it: the ranges join.
+  const int64_t first = renumbering_ ? std::min(renumbering_->first, step_ + 1) : step_ + 1;
+  renumbering_ = Renumbering{first, std::max(last, renumbering_ ? renumbering_->last : last),
+                             step_};
   return step_;
+}
+
+int64_t StepTracker::UndoTentative() { return Undo(tentative_); }
+
+std::optional<StepTracker::Renumbering> StepTracker::TakeRenumbering() {
+  std::optional<Renumbering> r = renumbering_;
+  renumbering_.reset();
+  return r;
 }
 
 StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
@@ -79,6 +99,7 @@ StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
   }
   // The optimizer was skipped (non-finite gradients): the update ends the
   // iteration.
+  seen_update_ = true;
   saw_backward_ = false;
   post_backward_ = false;
   UndoTentative();
@@ -96,6 +117,7 @@ bool StepTracker::AtIterationWithoutUpdate(Phase phase, bool grad_enabled,
 int64_t StepTracker::OnUpdateSkipped() {
   // Confirmed, unlike a fallback advance: an optimizer record that follows
   // belongs to the new step.
+  seen_update_ = true;
   saw_backward_ = false;
   post_backward_ = false;
   fallback_advanced_ = false;

@@ -11,8 +11,12 @@
 // accumulation. Tentative advances are undone when the iteration turns out
 // to go on: at the next advance after an update, at the first optimizer
 // record (which also undoes an advance within its own iteration), at an
-// update the program or GradScaler skipped. So Python scripts count from 0
-// either way, one step per optimizer step.
+// update the program or GradScaler skipped. Once an iteration has been seen
+// to end that way, the program is known to update after its backward
+// passes: a forward pass after one without an update since is the next
+// micro-batch, no advance at all. So Python scripts and C++ programs count
+// from 0 either way, one step per update; only the first iteration's
+// micro-batches have had tentative step numbers.
 //
 // Ops that run after backward with grad mode off (C++ optimizers, gradient
 // clipping, GradScaler's unscale, hand-written updates) are the update, not
@@ -23,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/phase.h"
 
@@ -74,7 +79,17 @@ class StepTracker {
   // does not begin a step.
   void OnGradientsKept();
 
+  // Steps `first` through `last` were tentative numbers, undone: they
+  // belong to step `to`. What the last call undid, if anything; reading
+  // clears it. The caller renumbers what it recorded under them.
+  struct Renumbering {
+    int64_t first, last, to;
+  };
+  std::optional<Renumbering> TakeRenumbering();
+
  private:
+  // Undoes the last `count` advances; returns the step they return to.
+  int64_t Undo(int64_t count);
   // Undoes the tentative advances; returns the step they return to.
   int64_t UndoTentative();
 
@@ -86,6 +101,8 @@ class StepTracker {
   bool update_ended_ = false;       // an optimizer record ended since backward
   bool updated_since_backward_ = false;  // an op with grad mode off since
   int64_t tentative_ = 0;  // fallback advances without an update before them
+  bool seen_update_ = false;  // an iteration ended with an update or a skip
+  std::optional<Renumbering> renumbering_;  // not taken yet
   bool in_optimizer_ = false;  // between an optimizer record's begin and end
   bool optimizer_since_update_ = false;  // an optimizer step ended since the
                                          // last scaler update

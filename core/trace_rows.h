@@ -74,6 +74,14 @@ struct UncheckedRow {
   int64_t outputs = 0, first_step = 0, last_step = 0;
 };
 
+// Steps `first` through `last` turned out to be micro-batches of step `to`
+// (core/step_tracker.h: the fallback's tentative advances, undone): the
+// rows already written with those numbers are renumbered. Written as an
+// UPDATE, in order with the rows before it.
+struct StepRenumberRow {
+  int64_t first = 0, last = 0, to = 0;
+};
+
 // Something that happened to the run itself (config change, warning).
 struct EventRow {
   double time = 0;

@@ -121,6 +121,7 @@ void TraceWriter::Add(LossScaleRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(SkipRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(EscalationRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(UncheckedRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(StepRenumberRow row) { Enqueue(std::move(row)); }
 
 void TraceWriter::Flush(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
@@ -252,8 +253,29 @@ void TraceWriter::Commit(std::vector<Row>& rows) {
   }
 }
 
+void TraceWriter::Renumber(const StepRenumberRow& r) {
+  // Rare (the first iteration of gradient accumulation): plain statements.
+  for (const char* column : {"op_stats.step", "findings.step", "steps.step",
+                             "loss_scale.step", "skipped_steps.step",
+                             "escalations.step", "escalations.until_step"}) {
+    const absl::string_view c(column);
+    const size_t dot = c.find('.');
+    const std::string sql =
+        absl::StrCat("UPDATE ", c.substr(0, dot), " SET ", c.substr(dot + 1), " = ", r.to,
+                     " WHERE ", c.substr(dot + 1), " BETWEEN ", r.first, " AND ", r.last);
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+      absl::MutexLock lock(&mu_);
+      if (error_.empty()) error_ = SqliteError(db_, "renumber").ToString();
+    }
+  }
+}
+
 void TraceWriter::Write(const Row& row) {
   sqlite3_stmt* s = nullptr;
+  if (const auto* r = std::get_if<StepRenumberRow>(&row)) {
+    Renumber(*r);
+    return;
+  }
   if (const auto* m = std::get_if<MetaRow>(&row)) {
     s = meta_stmt_;
     BindText(s, 1, m->key);

@@ -46,6 +46,7 @@ class TraceWriter {
   void Add(SkipRow row);
   void Add(EscalationRow row);
   void Add(UncheckedRow row);
+  void Add(StepRenumberRow row);
 
   // Commits everything queued so far; returns when it is on disk (or when
   // `timeout` passed). Thread-safe.
@@ -64,7 +65,8 @@ class TraceWriter {
     std::string key, value;
   };
   using Row = std::variant<MetaRow, OpStatsRow, FindingRow, StepRow, EventRow,
-                           LossScaleRow, SkipRow, EscalationRow, UncheckedRow>;
+                           LossScaleRow, SkipRow, EscalationRow, UncheckedRow,
+                           StepRenumberRow>;
 
   TraceWriter(std::string path, sqlite3* db,
               std::chrono::milliseconds flush_interval, int64_t max_bytes);
@@ -79,6 +81,7 @@ class TraceWriter {
   void Run();
   void Commit(std::vector<Row>& rows);
   void Write(const Row& row);
+  void Renumber(const StepRenumberRow& r);
 
   const std::string path_;
   sqlite3* const db_;

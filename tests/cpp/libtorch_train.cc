@@ -1,6 +1,8 @@
 // A small C++ LibTorch training program, unaware of nanhunt. It trains a
 // linear model for a few steps; at step `overflow_step` (argv[1], default
 // 3) its forward pass also computes an fp16 dot product that overflows.
+// argv[3]: micro-batches of gradient accumulation per update (default 1);
+// the overflow is in the step's last one.
 // Losses are printed as hex floats so runs can be compared bit for bit.
 #include <torch/torch.h>
 
@@ -10,6 +12,7 @@
 int main(int argc, char** argv) {
   const int overflow_step = argc > 1 ? std::atoi(argv[1]) : 3;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 6;
+  const int micro_batches = argc > 3 ? std::atoi(argv[3]) : 1;
   torch::manual_seed(0);
   torch::nn::Linear model(8, 1);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
@@ -17,14 +20,17 @@ int main(int argc, char** argv) {
   const torch::Tensor y = torch::randn({16, 1});
   for (int step = 0; step < steps; ++step) {
     optimizer.zero_grad();
-    torch::Tensor out = model->forward(x);
-    if (step == overflow_step) {
-      const torch::Tensor h = torch::full({4}, 300.0, torch::kHalf);
-      const torch::Tensor score = torch::matmul(h, h);  // 360000 > 65504
-      std::printf("score %f\n", score.item<float>());
+    torch::Tensor loss;
+    for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
+      torch::Tensor out = model->forward(x);
+      if (step == overflow_step && micro_batch == micro_batches - 1) {
+        const torch::Tensor h = torch::full({4}, 300.0, torch::kHalf);
+        const torch::Tensor score = torch::matmul(h, h);  // 360000 > 65504
+        std::printf("score %f\n", score.item<float>());
+      }
+      loss = torch::mse_loss(out, y);
+      loss.backward();
     }
-    torch::Tensor loss = torch::mse_loss(out, y);
-    loss.backward();
     optimizer.step();
     std::printf("step %d loss %a\n", step, loss.item<float>());
   }

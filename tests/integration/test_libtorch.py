@@ -1,4 +1,7 @@
 """A C++ LibTorch program, built by the tests, under `nanhunt run`."""
+import sqlite3
+
+import pytest
 from conftest import BUILD, nanhunt_run, run, view_json
 
 PROGRAM = BUILD / "tests" / "libtorch_train"
@@ -17,6 +20,25 @@ def test_libtorch_program_is_monitored_like_python(out):
     # No Python here: the location is the program's own frame.
     assert "main" in first["source"] and "libtorch_train" in first["source"]
     assert report["steps"] == 6
+
+
+@pytest.mark.parametrize("overflow_step", [0, 3])
+def test_libtorch_micro_batches_are_counted_in_their_step(out, overflow_step):
+    # Three micro-batches of gradient accumulation per SGD step: nothing
+    # marks where a C++ program's iteration ends but its update (ops with
+    # grad mode off). The overflow in a step's last micro-batch must not be
+    # counted two steps later; in step 0, before any update showed the
+    # pattern, the rows written under tentative numbers are renumbered.
+    r = nanhunt_run([PROGRAM, str(overflow_step), "6", "3"], out)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    first = report["first_origin"]
+    assert (first["op"], first["step"]) == ("aten::dot", overflow_step), first
+    assert report["steps"] == 6
+    [trace] = out.glob("*.sqlite")
+    steps = sqlite3.connect(trace).execute(
+        "SELECT DISTINCT step FROM steps ORDER BY step").fetchall()
+    assert steps == [(s,) for s in range(6)]
 
 
 def test_libtorch_losses_are_bit_identical_under_nanhunt(out):

@@ -1,4 +1,7 @@
 """Which op nanhunt names as the first origin, in real torch programs."""
+import sqlite3
+
+import pytest
 from conftest import (DEMO, PYTHON, SCRIPTS, findings, nanhunt_run,
                       preload_run, preload_script, view_json)
 
@@ -166,3 +169,37 @@ def test_an_overflow_in_an_optimizer_closure_is_in_the_forward_pass(out, tmp_pat
     assert first["source"].endswith("closure_overflow.py:9 in closure"), first
     assert j["steps"] == 3
     assert j["program_skipped_steps"] == []
+
+
+@pytest.mark.parametrize("overflow_step", [0, 2])
+def test_an_overflow_in_a_later_micro_batch_is_in_its_optimizer_step(out, tmp_path,
+                                                                     overflow_step):
+    # Four micro-batches of gradient accumulation per optimizer step. Before
+    # the first optimizer record, each later micro-batch looked like a new
+    # step (numbers 1-3); its rows are renumbered when that record comes.
+    preload_script(
+        tmp_path / "accumulated_overflow.py",
+        "import torch\n"
+        "w = torch.nn.Parameter(torch.full((16, 16), 1.0))\n"
+        "opt = torch.optim.SGD([w], lr=1e-3)\n"
+        "for step in range(4):\n"
+        "    opt.zero_grad()\n"
+        "    for micro_batch in range(4):\n"
+        f"        big = step == {overflow_step} and micro_batch == 2\n"
+        "        x = torch.full((8, 16), 8000.0 if big else 0.01)\n"
+        "        with torch.autocast('cpu', dtype=torch.float16):\n"
+        "            loss = (x @ w.half()).float().square().mean()\n"
+        "        loss.backward()\n"
+        "    opt.step()\n", out)
+    j = view_json(out)
+    first = j["first_origin"]
+    # 8000 * 16 = 128000 > 65504
+    assert (first["op"], first["phase"], first["step"]) == \
+        ("aten::mm", "forward", overflow_step), first
+    assert j["steps"] == 4
+    [trace] = out.glob("*.sqlite")
+    steps = sqlite3.connect(trace).execute(
+        "SELECT step, SUM(ops) FROM steps GROUP BY step ORDER BY step").fetchall()
+    assert [s for s, _ in steps] == [0, 1, 2, 3]
+    # Each step holds its four micro-batches: the same ops every step.
+    assert len({ops for _, ops in steps}) == 1, steps

@@ -1,6 +1,10 @@
 // Step numbering with and without torch.optim's step records.
 #include "core/step_tracker.h"
 
+#include <cstdint>
+#include <optional>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace nanhunt {
@@ -170,6 +174,60 @@ TEST(StepTracker, MicroBatchesOfAProgramWithoutOptimizerRecordsAreOneStep) {
   }
   EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));
   EXPECT_EQ(t.step(), 2);
+}
+
+TEST(StepTracker, MicroBatchesAfterTheFirstUpdateKeepTheirIterationsStep) {
+  StepTracker t;
+  // A C++ program: three micro-batches, then its update with grad mode off.
+  // The first iteration's later micro-batches can only be told from steps
+  // at its update; after that, every micro-batch has its iteration's step.
+  std::vector<int64_t> steps_seen;
+  for (int iteration = 0; iteration < 4; ++iteration) {
+    for (int i = 0; i < 3; ++i) {
+      t.OnOp(Phase::kForward, true, true);
+      steps_seen.push_back(t.step());
+      t.OnOp(Phase::kBackward, true, true);
+    }
+    t.OnOp(Phase::kForward, false, true);  // the update
+  }
+  EXPECT_EQ(steps_seen, (std::vector<int64_t>{0, 1, 2, 1, 1, 1, 2, 2, 2, 3, 3, 3}));
+}
+
+TEST(StepTracker, MicroBatchesAfterALossScalerSkipAreNoSteps) {
+  StepTracker t;
+  // GradScaler skips the first iterations' optimizer steps: no optimizer
+  // record yet, but its update ends each iteration.
+  std::vector<int64_t> steps_seen;
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    for (int i = 0; i < 2; ++i) {
+      t.OnOp(Phase::kForward, true, true);
+      steps_seen.push_back(t.step());
+      t.OnOp(Phase::kBackward, true, true);
+    }
+    t.OnOp(Phase::kForward, false, true);  // unscale_
+    t.OnScalerUpdate();
+  }
+  EXPECT_EQ(steps_seen, (std::vector<int64_t>{0, 1, 1, 1, 2, 2}));
+  EXPECT_EQ(t.step(), 3);
+}
+
+TEST(StepTracker, UndoneAdvancesSayWhichNumbersToRenumber) {
+  StepTracker t;
+  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  for (int i = 0; i < 3; ++i) {
+    t.OnOp(Phase::kForward, true, true);
+    t.OnOp(Phase::kBackward, true, true);
+  }
+  EXPECT_FALSE(t.TakeRenumbering().has_value()) << "nothing undone yet";
+  t.OnOptimizerStepBegin();
+  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->first, 1);
+  EXPECT_EQ(r->last, 2);
+  EXPECT_EQ(r->to, 0);
+  EXPECT_FALSE(t.TakeRenumbering().has_value()) << "reading clears it";
+  t.OnOptimizerStepEnd();
+  EXPECT_FALSE(t.TakeRenumbering().has_value());
 }
 
 TEST(StepTracker, NoGradOpsAfterBackwardAreTheUpdateNotANewStep) {

@@ -90,6 +90,47 @@ TEST_F(TraceTest, WrittenRowsReadBackAndSummarise) {
   EXPECT_NE(json.find("\"max_abs\":71000"), std::string::npos) << json;
 }
 
+TEST_F(TraceTest, RenumberedStepsJoinTheStepTheyBelongTo) {
+  // Micro-batches 2 and 3 of the first iteration were counted as steps 1
+  // and 2 until the first update said otherwise: their rows join step 0,
+  // and only rows written before the renumbering are touched.
+  auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+  ASSERT_TRUE(w.ok()) << w.status();
+  (*w)->PutMeta("command", "./train");
+  (*w)->PutMeta("ended", "1");
+  for (int s = 0; s < 3; ++s) {
+    StepRow st;
+    st.step = s;
+    st.ops = 10;
+    (*w)->Add(st);
+  }
+  FindingRow f;
+  f.kind = "origin";
+  f.step = 2;
+  f.op = "aten::dot";
+  f.phase = "forward";
+  f.posinf = 1;
+  (*w)->Add(f);
+  (*w)->Add(StepRenumberRow{1, 2, 0});
+  StepRow last;
+  last.step = 0;
+  last.ops = 5;
+  (*w)->Add(last);
+  last.step = 1;
+  (*w)->Add(last);
+  (*w)->Close();
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->problems.empty()) << t->problems.front();
+  ASSERT_EQ(t->steps.size(), 2u);
+  EXPECT_EQ(t->steps[0].step, 0);
+  EXPECT_EQ(t->steps[0].ops, 35);
+  EXPECT_EQ(t->steps[1].step, 1);
+  EXPECT_EQ(t->steps[1].ops, 5);
+  ASSERT_EQ(t->findings.size(), 1u);
+  EXPECT_EQ(t->findings[0].step, 0);
+}
+
 TEST_F(TraceTest, AfterCloseTheTraceFileAloneHoldsEverything) {
   // In a monitored process the writer is never destroyed (it is leaked on
   // purpose): Close must leave the rows in the main file, not in the WAL,
