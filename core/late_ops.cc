@@ -105,6 +105,7 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
   event.takes_grad_input = op->takes_grad_input;
   event.thread = op->thread;
   event.late_step = op->step;
+  event.late_renumberings = op->renumberings;
   event.kernels = op->kernels;
   event.loss_scaling = op->loss_scaling;
   event.scaled_gradients = op->scaled_gradients;

@@ -192,6 +192,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
   {
     absl::MutexLock lock(&mu_);
     const double now = e.top_op.empty() ? clock_() : 0;
+    if (e.late_step >= 0) e.late_step = RenumberedLocked(e.late_step, e.late_renumberings);
     if (e.late_step < 0) {
       if (e.top_op.empty()) JudgeIterationWithoutUpdateLocked(e, context, now);
       if (e.top_op.empty() &&
@@ -316,7 +317,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
   }
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
   step_trained_ |= (takes_grad_input && grad_enabled) || refined == Phase::kBackward;
-  return Position{steps_.step(), refined};
+  return Position{steps_.step(), refined, static_cast<int64_t>(renumberings_.size())};
 }
 
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
@@ -572,10 +573,21 @@ void Monitor::OnOptimizerStepBegin() {
 
 void Monitor::RenumberLocked() {
   // Rows already written under the tentative numbers of micro-batches
-  // (the first iteration of gradient accumulation) join their step. GPU
-  // results delivered after this keep the number they were enqueued with.
+  // (the first iteration of gradient accumulation) join their step; GPU
+  // results enqueued before and delivered after are renumbered on arrival.
   const std::optional<StepTracker::Renumbering> r = steps_.TakeRenumbering();
-  if (r && writer_) writer_->Add(StepRenumberRow{r->first, r->last, r->to});
+  if (!r) return;
+  renumberings_.push_back(*r);
+  if (writer_) writer_->Add(StepRenumberRow{r->first, r->last, r->to});
+}
+
+int64_t Monitor::RenumberedLocked(int64_t step, int64_t renumberings) const {
+  for (size_t i = static_cast<size_t>(std::max<int64_t>(renumberings, 0));
+       i < renumberings_.size(); ++i) {
+    const StepTracker::Renumbering& r = renumberings_[i];
+    if (step >= r.first && step <= r.last) step = r.to;
+  }
+  return step;
 }
 
 void Monitor::OnScalerUpdate(double scale, bool skipped) {

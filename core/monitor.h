@@ -138,6 +138,9 @@ struct OpEvent {
   // not move the step tracker, and their statistics join the step that is
   // open when they arrive (at most the ring's lag later).
   int64_t late_step = -1;
+  // How many step renumberings the monitor had made when the op was
+  // enqueued (Position::renumberings): those made since apply to late_step.
+  int64_t late_renumberings = 0;
   absl::string_view kernels;  // GPU kernels it launched, when known
   // The op reads or writes GradScaler's loss scale (the scaled loss, its
   // gradient, the scale's own update): its values exceed fp16's range on
@@ -225,6 +228,7 @@ class Monitor {
   struct Position {
     int64_t step;
     Phase phase;
+    int64_t renumberings;  // OpEvent::late_renumberings
   };
   Position NoteLateOp(Phase phase, bool grad_enabled, bool takes_grad_input,
                       bool top_level);
@@ -330,6 +334,10 @@ class Monitor {
 
   // Has the trace renumber the rows of steps the tracker just undid.
   void RenumberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A late result's step, `step` when it was enqueued after `renumberings`
+  // of them, in today's numbers.
+  int64_t RenumberedLocked(int64_t step, int64_t renumberings) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `step`'s statistics and its steps row, and starts a new step.
   // The row is left out for a step with no checked op unless `ended` (an
   // optimizer step or a GradScaler skip ended it: in sample mode a step may
@@ -372,6 +380,8 @@ class Monitor {
   int64_t call_index_ ABSL_GUARDED_BY(mu_) = 0;  // within the step
   int64_t written_through_ ABSL_GUARDED_BY(mu_) = -1;  // last step written
   absl::btree_map<int64_t, LateStep> late_steps_ ABSL_GUARDED_BY(mu_);
+  // Steps the tracker undid, in order (the first iteration's micro-batches).
+  std::vector<StepTracker::Renumbering> renumberings_ ABSL_GUARDED_BY(mu_);
   int64_t step_nonfinite_ops_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_origins_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_findings_ ABSL_GUARDED_BY(mu_) = 0;

@@ -108,6 +108,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   const Monitor::Position position = session.monitor().NoteLateOp(
       call.phase, call.grad_enabled, call.takes_grad_input, call.top_level);
   op->step = position.step;
+  op->renumberings = position.renumberings;
   op->phase = position.phase;
   op->scaled_gradients = ScaledGradients(op->phase);
   const CheckLimits& limits = session.monitor().limits();

@@ -711,6 +711,49 @@ TEST_F(TracedMonitorTest, GpuResultsArrivingAfterTheirStepEndedCountInThatStep) 
   EXPECT_EQ(t->findings[0].step, 0);
 }
 
+// Gradient accumulation on a GPU, first iteration: micro-batch 3 looked
+// like step 2 when its op was enqueued; its result arrives after the first
+// optimizer record showed it was step 0, and counts there. A result
+// enqueued after that in step 1 is not renumbered.
+TEST_F(TracedMonitorTest, GpuResultsOfUndoneStepsCountInTheStepTheyJoined) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  Monitor::Position third{};
+  for (int micro_batch = 0; micro_batch < 3; ++micro_batch) {
+    third = m.NoteLateOp(Phase::kForward, true, true, true);
+    m.NoteLateOp(Phase::kBackward, true, false, true);
+  }
+  ASSERT_EQ(third.step, 2) << "a tentative number";
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  ASSERT_EQ(m.step(), 1);
+  const Monitor::Position next = m.NoteLateOp(Phase::kForward, true, true, true);
+  ASSERT_EQ(next.step, 1);
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  OpEvent late;
+  late.op = "aten::mm";
+  late.phase = Phase::kForward;
+  late.late_step = third.step;
+  late.late_renumberings = third.renumberings;
+  late.outputs = absl::MakeConstSpan(&overflowed, 1);
+  EXPECT_EQ(m.OnOp(late, ctx), Verdict::kOrigin);
+  OpEvent later = late;
+  later.op = "aten::bmm";
+  later.late_step = next.step;
+  later.late_renumberings = next.renumberings;
+  EXPECT_EQ(m.OnOp(later, ctx), Verdict::kOrigin);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 2u);
+  EXPECT_EQ(t->findings[0].op, "aten::mm");
+  EXPECT_EQ(t->findings[0].step, 0);
+  EXPECT_EQ(t->findings[1].op, "aten::bmm");
+  EXPECT_EQ(t->findings[1].step, 1);
+}
+
 // A nested op whose non-finite outputs only its enclosing op can explain
 // (an input it overwrote unchecked) is recorded by how they turned out
 // when that op ends: a mask it carried, garbage it overwrote, or
