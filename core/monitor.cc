@@ -578,6 +578,10 @@ void Monitor::RenumberLocked() {
   const std::optional<StepTracker::Renumbering> r = steps_.TakeRenumbering();
   if (!r) return;
   renumberings_.push_back(*r);
+  // Late totals kept under the undone numbers are written first, so that
+  // the renumbering moves them too; step `to` is open again.
+  WriteLateStepsLocked(r->last + 1, r->first);
+  written_through_ = std::min(written_through_, r->to - 1);
   if (writer_) writer_->Add(StepRenumberRow{r->first, r->last, r->to});
 }
 
@@ -722,9 +726,9 @@ Monitor::LateStep* Monitor::LateStepOf(const OpEvent& e) {
   return &late_steps_[e.late_step];
 }
 
-void Monitor::WriteLateStepsLocked(int64_t before) {
-  while (!late_steps_.empty() && late_steps_.begin()->first < before) {
-    auto it = late_steps_.begin();
+void Monitor::WriteLateStepsLocked(int64_t before, int64_t from) {
+  for (auto it = late_steps_.lower_bound(from);
+       it != late_steps_.end() && it->first < before;) {
     WriteOpStatsLocked(it->first, it->second.ops);
     if (writer_) {
       StepRow row;
@@ -736,7 +740,7 @@ void Monitor::WriteLateStepsLocked(int64_t before) {
       row.started = row.ended = std::nan("");  // the step's own row has its times
       writer_->Add(row);
     }
-    late_steps_.erase(it);
+    it = late_steps_.erase(it);
   }
 }
 

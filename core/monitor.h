@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -325,8 +326,11 @@ class Monitor {
   // The late step whose totals a GPU result `e` adds to, or null when its
   // step is still open (or `e` is no GPU result): the current step's.
   LateStep* LateStepOf(const OpEvent& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the rows of the late steps before `step`, and forgets them.
-  void WriteLateStepsLocked(int64_t before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the rows of the late steps from `from` up to before `before`,
+  // and forgets them.
+  void WriteLateStepsLocked(int64_t before,
+                            int64_t from = std::numeric_limits<int64_t>::min())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An op_stats row for each touched phase and format of `ops`, untouched
   // after.
   template <class Ops>

@@ -711,37 +711,44 @@ TEST_F(TracedMonitorTest, GpuResultsArrivingAfterTheirStepEndedCountInThatStep) 
   EXPECT_EQ(t->findings[0].step, 0);
 }
 
-// Gradient accumulation on a GPU, first iteration: micro-batch 3 looked
-// like step 2 when its op was enqueued; its result arrives after the first
-// optimizer record showed it was step 0, and counts there. A result
-// enqueued after that in step 1 is not renumbered.
+// Gradient accumulation on a GPU, first iteration: micro-batches 2 and 3
+// looked like steps 1 and 2 when their ops were enqueued. Micro-batch 2's
+// result arrives while 3 runs; 3's after the first optimizer record showed
+// both were step 0. Both count there. A result enqueued after that, in
+// step 1, is not renumbered.
 TEST_F(TracedMonitorTest, GpuResultsOfUndoneStepsCountInTheStepTheyJoined) {
   Monitor& m = *monitor_;
   FakeContext ctx;
-  Monitor::Position third{};
+  const TensorFacts fine = Fp16(0, 0x4000);
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  // The result of `op`, enqueued at `at`.
+  auto result = [](const char* op, const Monitor::Position& at, const TensorFacts& out) {
+    OpEvent e;
+    e.op = op;
+    e.phase = Phase::kForward;
+    e.late_step = at.step;
+    e.late_renumberings = at.renumberings;
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    return e;
+  };
+  Monitor::Position second{}, third{};
   for (int micro_batch = 0; micro_batch < 3; ++micro_batch) {
     third = m.NoteLateOp(Phase::kForward, true, true, true);
+    if (micro_batch == 1) second = third;
+    if (micro_batch == 2) {
+      EXPECT_EQ(m.OnOp(result("aten::add", second, fine), ctx), Verdict::kClean);
+    }
     m.NoteLateOp(Phase::kBackward, true, false, true);
   }
+  ASSERT_EQ(second.step, 1) << "a tentative number";
   ASSERT_EQ(third.step, 2) << "a tentative number";
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
   ASSERT_EQ(m.step(), 1);
   const Monitor::Position next = m.NoteLateOp(Phase::kForward, true, true, true);
   ASSERT_EQ(next.step, 1);
-  const TensorFacts overflowed = Fp16(/*posinf=*/3);
-  OpEvent late;
-  late.op = "aten::mm";
-  late.phase = Phase::kForward;
-  late.late_step = third.step;
-  late.late_renumberings = third.renumberings;
-  late.outputs = absl::MakeConstSpan(&overflowed, 1);
-  EXPECT_EQ(m.OnOp(late, ctx), Verdict::kOrigin);
-  OpEvent later = late;
-  later.op = "aten::bmm";
-  later.late_step = next.step;
-  later.late_renumberings = next.renumberings;
-  EXPECT_EQ(m.OnOp(later, ctx), Verdict::kOrigin);
+  EXPECT_EQ(m.OnOp(result("aten::mm", third, overflowed), ctx), Verdict::kOrigin);
+  EXPECT_EQ(m.OnOp(result("aten::bmm", next, overflowed), ctx), Verdict::kOrigin);
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
   m.FlushStep();
@@ -752,6 +759,13 @@ TEST_F(TracedMonitorTest, GpuResultsOfUndoneStepsCountInTheStepTheyJoined) {
   EXPECT_EQ(t->findings[0].step, 0);
   EXPECT_EQ(t->findings[1].op, "aten::bmm");
   EXPECT_EQ(t->findings[1].step, 1);
+  ASSERT_EQ(t->op_steps.size(), 3u);
+  for (const auto& row : t->op_steps) {
+    EXPECT_EQ(row.step, row.op == "aten::bmm" ? 1 : 0) << row.op;
+  }
+  ASSERT_EQ(t->steps.size(), 2u);
+  EXPECT_EQ(t->steps[0].step, 0);
+  EXPECT_EQ(t->steps[1].step, 1);
 }
 
 // A nested op whose non-finite outputs only its enclosing op can explain
