@@ -1,6 +1,7 @@
 #include "core/trace_writer.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -255,14 +256,14 @@ void TraceWriter::Commit(std::vector<Row>& rows) {
 
 void TraceWriter::Renumber(const StepRenumberRow& r) {
   // Rare (the first iteration of gradient accumulation): plain statements.
-  for (const char* column : {"op_stats.step", "findings.step", "steps.step",
-                             "loss_scale.step", "skipped_steps.step",
-                             "escalations.step", "escalations.until_step"}) {
-    const absl::string_view c(column);
-    const size_t dot = c.find('.');
-    const std::string sql =
-        absl::StrCat("UPDATE ", c.substr(0, dot), " SET ", c.substr(dot + 1), " = ", r.to,
-                     " WHERE ", c.substr(dot + 1), " BETWEEN ", r.first, " AND ", r.last);
+  constexpr std::pair<const char*, const char*> kStepColumns[] = {
+      {"op_stats", "step"},      {"findings", "step"},      {"steps", "step"},
+      {"loss_scale", "step"},    {"skipped_steps", "step"}, {"escalations", "step"},
+      {"escalations", "until_step"}};
+  for (const auto& [table, column] : kStepColumns) {
+    const std::string sql = absl::StrCat("UPDATE ", table, " SET ", column, " = ", r.to,
+                                         " WHERE ", column, " BETWEEN ", r.first, " AND ",
+                                         r.last);
     if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
       absl::MutexLock lock(&mu_);
       if (error_.empty()) error_ = SqliteError(db_, "renumber").ToString();
