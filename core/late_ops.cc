@@ -80,7 +80,7 @@ class LateContext final : public OpContext {
 
 LateOps::LateOps(Monitor* monitor,
                  std::function<StorageState(const void*)> state_of,
-                 std::function<void(const void*, StorageState)> remember)
+                 Remember remember)
     : monitor_(monitor),
       state_of_(std::move(state_of)),
       remember_(std::move(remember)) {}
@@ -134,7 +134,7 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
   for (size_t i = 0; i < op->outputs.size(); ++i) {
     const bool bad = AnyNonFinite(op->outputs[i].counts);
     any_nonfinite |= bad && verdict != Verdict::kMasked;
-    if (op->output_storages[i] != nullptr) {
+    if (op->output_storages[i].key != nullptr) {
       remember_(op->output_storages[i], StorageStateAfter(verdict, bad));
     }
   }

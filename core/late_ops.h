@@ -27,6 +27,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "core/monitor.h"
+#include "core/weak_storage.h"
 
 namespace nanhunt {
 
@@ -49,6 +50,16 @@ struct LateInput {
   double max_abs = 0;
 };
 
+// An output's memory, as known at enqueue. Device tensors also carry a
+// weak reference to their storage and whether they are a single value that
+// is no parameter (a loss, a gradient norm, a found-inf flag): once the
+// result arrives, the registry can tell whether the memory still holds it.
+struct OutputStorage {
+  const void* key = nullptr;
+  WeakStorage weak;
+  bool single_value = false;
+};
+
 struct LateOp {
   uint64_t id = 0;         // unique per op call
   uint64_t parent_id = 0;  // the enclosing op's id, or 0
@@ -64,7 +75,7 @@ struct LateOp {
   // Sizes of the outputs whose shape is left empty above: formatted when
   // the op is classified, on the drain thread rather than the op's.
   absl::InlinedVector<absl::InlinedVector<int64_t, 6>, 1> output_sizes;
-  absl::InlinedVector<const void*, 1> output_storages;
+  absl::InlinedVector<OutputStorage, 1> output_storages;
   absl::InlinedVector<LateInput, 2> inputs;
   std::string source, stack;  // when wanted
   std::string kernels;        // CUPTI: the kernels it launched
@@ -81,8 +92,9 @@ class LateOps {
  public:
   // `state_of` / `remember` read and write the registry of storages: what
   // the last check of each found (shared with the CPU path).
+  using Remember = std::function<void(const OutputStorage&, StorageState)>;
   LateOps(Monitor* monitor, std::function<StorageState(const void*)> state_of,
-          std::function<void(const void*, StorageState)> remember);
+          Remember remember);
 
   // Whether ops named `op` should capture their source line at enqueue.
   bool Wanted(const std::string& op) const;
@@ -102,7 +114,7 @@ class LateOps {
  private:
   Monitor* const monitor_;
   const std::function<StorageState(const void*)> state_of_;
-  const std::function<void(const void*, StorageState)> remember_;
+  const Remember remember_;
   std::function<void(const LateOp&, Verdict)> on_verdict_;
   mutable absl::Mutex mu_;
   absl::flat_hash_set<std::string> wanted_ ABSL_GUARDED_BY(mu_);

@@ -194,7 +194,10 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     const double now = e.top_op.empty() ? clock_() : 0;
     if (e.late_step >= 0) e.late_step = RenumberedLocked(e.late_step, e.late_renumberings);
     if (e.late_step < 0) {
-      if (e.top_op.empty()) JudgeIterationWithoutUpdateLocked(e, context, now);
+      if (e.top_op.empty()) {
+        JudgeIterationWithoutUpdateLocked(e.phase, e.grad_enabled, e.takes_grad_input,
+                                          [&] { return context.NonFiniteGradientsHeld(); }, now);
+      }
       if (e.top_op.empty() &&
           steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
         RenumberLocked();
@@ -210,10 +213,12 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     // A non-finite op is counted once judged: a mask is no non-finite op,
     // a deferred one is counted, or not, when its enclosing op ends.
     if (!nonfinite) CountOpLocked(e, max_abs, /*nonfinite=*/false);
-    if (nonfinite && e.phase == Phase::kBackward && step_bad_backward_op_.empty()) {
+    if (nonfinite && e.phase == Phase::kBackward && step_bad_backward_op_.empty() &&
+        (e.late_step < 0 || e.late_step == steps_.step())) {
       // Where non-finite gradients were first made, whatever the verdict:
       // a gradient is never a mask. The op the autograd node called (mul),
       // not a helper inside it (the copy_ that made its scalar operand).
+      // A GPU result of a step already over made no gradients of this one.
       step_bad_backward_op_ = std::string(e.top_op.empty() ? e.op : e.top_op);
       step_bad_forward_op_ = std::string(e.forward_op);
     }
@@ -309,8 +314,13 @@ void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
 }
 
 Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
-                                      bool takes_grad_input, bool top_level) {
+                                      bool takes_grad_input, bool top_level,
+                                      absl::FunctionRef<bool()> nonfinite_gradients_held) {
   absl::MutexLock lock(&mu_);
+  if (top_level) {
+    JudgeIterationWithoutUpdateLocked(phase, grad_enabled, takes_grad_input,
+                                      nonfinite_gradients_held, clock_());
+  }
   if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
     RenumberLocked();
     WriteStepLocked(steps_.step() - 1, clock_());
@@ -629,7 +639,16 @@ std::string Monitor::OnStepSkipped() {
   return line;
 }
 
-void Monitor::JudgeIterationWithoutUpdateLocked(const OpEvent& e, OpContext& context,
+bool Monitor::JudgesIterationWithoutUpdate(Phase phase, bool grad_enabled,
+                                           bool takes_grad_input) const {
+  absl::MutexLock lock(&mu_);
+  return config_.mode != Mode::kSample &&
+         steps_.AtIterationWithoutUpdate(phase, grad_enabled, takes_grad_input);
+}
+
+void Monitor::JudgeIterationWithoutUpdateLocked(Phase phase, bool grad_enabled,
+                                                bool takes_grad_input,
+                                                absl::FunctionRef<bool()> nonfinite_gradients_held,
                                                 double now) {
   // Non-finite gradients, then a new iteration without an optimizer step.
   // Nothing of them left: the program threw them away (zeroed or freed)
@@ -638,10 +657,10 @@ void Monitor::JudgeIterationWithoutUpdateLocked(const OpEvent& e, OpContext& con
   // into a weight by a hand-written update. In sample mode an unchecked
   // op may have carried them anywhere.
   if (step_bad_backward_op_.empty() || config_.mode == Mode::kSample ||
-      !steps_.AtIterationWithoutUpdate(e.phase, e.grad_enabled, e.takes_grad_input)) {
+      !steps_.AtIterationWithoutUpdate(phase, grad_enabled, takes_grad_input)) {
     return;
   }
-  if (context.NonFiniteGradientsHeld()) {
+  if (nonfinite_gradients_held()) {
     steps_.OnGradientsKept();
   } else {
     RecordProgramSkipLocked(now);

@@ -23,6 +23,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -225,14 +226,23 @@ class Monitor {
 
   // An op whose outputs go to the GPU check (classified later through
   // core/late_ops.h) ran now: moves the step tracker as OnOp would, and
-  // returns the step and refined phase to classify it with.
+  // returns the step and refined phase to classify it with. A top-level op
+  // that begins an iteration after one with non-finite gradients and no
+  // update is judged as OnOp judges it (program_skips), by
+  // `nonfinite_gradients_held` (OpContext::NonFiniteGradientsHeld).
   struct Position {
     int64_t step;
     Phase phase;
     int64_t renumberings;  // OpEvent::late_renumberings
   };
   Position NoteLateOp(Phase phase, bool grad_enabled, bool takes_grad_input,
-                      bool top_level);
+                      bool top_level, absl::FunctionRef<bool()> nonfinite_gradients_held);
+  // Whether a top-level op would begin an iteration after one whose
+  // backward pass had no update, and be asked whether the program skipped
+  // it (not in sample mode). On a GPU the backward pass's results must be
+  // in by then: the plugin delivers them first (when the program has read
+  // a GPU value since, as a loss scaler that decides to skip must).
+  bool JudgesIterationWithoutUpdate(Phase phase, bool grad_enabled, bool takes_grad_input) const;
 
   // A collective (c10d::allreduce_, broadcast_...) ran on these storages:
   // non-finite values found there later, made by no op of this process,
@@ -351,8 +361,9 @@ class Monitor {
   // When top-level op `e` begins an iteration after one that made
   // non-finite gradients and had no optimizer step: whether its program
   // skipped the update (see program_skips) or kept them (accumulation).
-  void JudgeIterationWithoutUpdateLocked(const OpEvent& e, OpContext& context, double now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void JudgeIterationWithoutUpdateLocked(Phase phase, bool grad_enabled, bool takes_grad_input,
+                                         absl::FunctionRef<bool()> nonfinite_gradients_held,
+                                         double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordProgramSkipLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `e`'s outputs (largest magnitude `max_abs`) to its op's statistics
   // and to the step's totals (counted an op with non-finite outputs when

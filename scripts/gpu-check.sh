@@ -9,7 +9,8 @@
 # CUDA graph and replayed under nanhunt (identical to unmonitored), checks
 # held back for batches (NANHUNT_GPU_BATCH=32: the demo's origin and
 # checks unchanged; tensors written in place after the op, on the same
-# stream and on another), and the GPT-2-small-sized training benchmark
+# stream and on another), a loss scaler of the program's own (its skips
+# followed from GPU results), and the GPT-2-small-sized training benchmark
 # (bench/gpt2_bench.py), and prints a short table last. Debian
 # packages that machine lacks come from .gpu-deps/ (made here by
 # scripts/gpu-deps.sh). Meant to finish within 8 minutes.
@@ -156,6 +157,35 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/adam-fp16-check.txt || { failed+=("Adam foreach on CUDA"); tail -20 "$build"/adam-fp16.log; }
 
+echo "== a loss scaler of the program's own on CUDA: its skips followed, the run healthy"
+for mode in set-to-none in-place accumulate; do  # side by side: mostly torch's start-up
+  rm -rf "$build/own-scaler-$mode"
+  (DEVICE=cuda "$build"/bin/nanhunt run --out "$build/own-scaler-$mode" -- "$python" \
+     tests/integration/scripts/own_loss_scaler.py "$mode" > "$build/own-scaler-$mode.log" 2>&1 || true
+   "$build"/bin/nanhunt view --json "$build/own-scaler-$mode" > "$build/own-scaler-$mode.json" || true) &
+done
+wait
+("$python" - "$build" <<'PY'
+import json, sys
+bad = 0
+for mode in ("set-to-none", "in-place", "accumulate"):
+    base = f"{sys.argv[1]}/own-scaler-{mode}"
+    skipped = [int(l.split()[0]) for l in open(base + ".log") if " skip " in l]
+    try:
+        r = json.load(open(base + ".json"))
+    except Exception as e:
+        r = {"error": repr(e)}
+    d = r.get("diagnosis") or {}
+    ok = (bool(skipped) and r.get("program_skipped_steps") == skipped and r.get("steps") == 30
+          and d.get("kind") == "healthy")
+    bad += not ok
+    print(f"own loss scaler, {mode}, CUDA: the program skipped {len(skipped)}, nanhunt followed "
+          f"{len(r.get('program_skipped_steps') or [])} of 30 steps {r.get('steps')}, "
+          f"diagnosis {d.get('kind')}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if bad else 0)
+PY
+) | tee "$build"/own-scaler-check.txt || { failed+=("own loss scaler on CUDA"); tail -20 "$build"/own-scaler-set-to-none.log; }
+
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
 "$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
@@ -286,7 +316,8 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check raise-check finfo-check adam-fp16-check streams-check graph-check batch-check batch-replay; do
+for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check streams-check graph-check batch-check \
+    batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done
 sed -n '/ fp16 autocast, /,$p' "$build"/gpt2.txt 2>/dev/null

@@ -97,7 +97,7 @@ std::vector<std::string> TrustedDirs(const std::string& plugin) {
 // time: loading it needs no driver, starting it does.
 CudaLibrary& LoadCudaLibrary(Session& session,
                              std::function<StorageState(const void*)> state_of,
-                             std::function<void(const void*, StorageState)> remember) {
+                             LateOps::Remember remember) {
   static CudaLibrary* lib = [&] {
     auto* l = new CudaLibrary;
     const std::string self = PluginPath();

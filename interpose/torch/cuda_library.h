@@ -49,7 +49,7 @@ struct CudaLibrary {
 // registry of storages (`state_of`, `remember`).
 CudaLibrary& LoadCudaLibrary(Session& session,
                              std::function<StorageState(const void*)> state_of,
-                             std::function<void(const void*, StorageState)> remember);
+                             LateOps::Remember remember);
 
 // The late ops results are delivered to; null before the library loaded.
 LateOps* LateResults();

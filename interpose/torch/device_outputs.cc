@@ -1,5 +1,6 @@
 #include "interpose/torch/device_outputs.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -22,7 +23,7 @@ namespace {
 // Loaded at the first GPU output: libnanhunt_cuda.so next to this plugin.
 CudaLibrary& Library(Session& session) {
   static CudaLibrary& lib = [&]() -> CudaLibrary& {
-    CudaLibrary& loaded = LoadCudaLibrary(session, &StorageStateOf, &RememberStorage);
+    CudaLibrary& loaded = LoadCudaLibrary(session, &StorageStateOf, &RememberLateOutput);
     if (loaded.unavailable.empty()) StartHoldingChecks(session, loaded);
     return loaded;
   }();
@@ -78,7 +79,17 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   if (!any) return false;
   SelfTimer timer(SelfTime::kGpuOp);
   // A composite op's outputs are its nested ops' outputs, checked there.
-  if (traits.composite) return true;
+  // At the top it still moves the step tracker, as on the CPU path (the
+  // first linear of a forward pass begins an iteration).
+  if (traits.composite) {
+    if (call.top_level) {
+      session.monitor().NoteLateOp(call.phase, call.grad_enabled, call.takes_grad_input,
+                                   /*top_level=*/true, [] {
+                                     return NonFiniteStillHeld(/*counting_single_values=*/false);
+                                   });
+    }
+    return true;
+  }
   CudaLibrary& lib = Library(session);
   if (KernelNamesWanted() &&
       !lib.names_tried.load(std::memory_order_relaxed) && lib.unavailable.empty()) {
@@ -106,7 +117,8 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->loss_scaling = TouchesLossScale(inputs, outputs);
   op->others_unchecked = OthersUnchecked(session);
   const Monitor::Position position = session.monitor().NoteLateOp(
-      call.phase, call.grad_enabled, call.takes_grad_input, call.top_level);
+      call.phase, call.grad_enabled, call.takes_grad_input, call.top_level,
+      [] { return NonFiniteStillHeld(/*counting_single_values=*/false); });
   op->step = position.step;
   op->renumberings = position.renumberings;
   op->phase = position.phase;
@@ -184,19 +196,19 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     if (!format) return;
     TensorFacts facts;
     absl::InlinedVector<int64_t, 6> sizes;
-    const void* storage = nullptr;
+    OutputStorage storage;
     if (IsCheckableOnDevice(t)) {
       facts.format = *format;
       sizes.assign(t.sizes().begin(), t.sizes().end());  // shape formatted later
-      storage = StorageKey(t);
-      device_outputs.push_back({&t, static_cast<int>(op->outputs.size()), storage});
+      storage = DescribeOutputStorage(t);
+      device_outputs.push_back({&t, static_cast<int>(op->outputs.size()), storage.key});
     } else if (!CheckTensor(t, limits, facts)) {
       CountIfUnreadable(t, OwnerOf(*op));
       return;
     }
     op->outputs.push_back(std::move(facts));
     op->output_sizes.push_back(std::move(sizes));
-    op->output_storages.push_back(storage);
+    op->output_storages.push_back(std::move(storage));
   });
   if (!traits.collective) {
     // Written by this op now: no longer what a collective left there.
@@ -274,6 +286,61 @@ void DrainDeviceChecks() {
   StopHoldingChecks();
   lib.drain();
   DeliverWhileDrainingAtExit(false);
+}
+
+namespace {
+std::atomic<bool> g_device_read{false};  // since the last iteration's first op
+}  // namespace
+
+bool ReadsDeviceOnHost(const at::RecordFunction& fn, const std::vector<c10::IValue>& inputs) {
+  const char* name = fn.name();
+  auto on_gpu = [&](size_t i) {
+    return i < inputs.size() && inputs[i].isTensor() && inputs[i].toTensor().defined() &&
+           inputs[i].toTensor().is_cuda();
+  };
+  if (strcmp(name, "aten::_local_scalar_dense") == 0) return on_gpu(0);
+  // copy_(self, src, non_blocking): into host memory from a GPU, blocking.
+  if (strcmp(name, "aten::copy_") == 0) {
+    return inputs.size() >= 3 && inputs[0].isTensor() && inputs[0].toTensor().defined() &&
+           inputs[0].toTensor().is_cpu() && on_gpu(1) && inputs[2].isBool() &&
+           !inputs[2].toBool();
+  }
+  return false;
+}
+
+namespace {
+// Whether this thread's current stream (on its current GPU) is capturing a
+// CUDA graph: no waiting for the device then, which a capture forbids.
+bool CurrentStreamCaptures(const CudaLibrary& lib) {
+  if (lib.stream_takes_checks == nullptr || !c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
+    return true;  // cannot tell: no wait
+  }
+  const c10::impl::DeviceGuardImplInterface* impl =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  void* stream = nullptr;
+  std::string why;
+  if (!torch_compat::CurrentStreamHandle(impl->getDevice(), &stream, &why)) return true;
+  char text[256] = {};
+  return lib.stream_takes_checks(impl->getDevice().index(), stream, text, sizeof(text)) != 1;
+}
+}  // namespace
+
+void NoteHostReadOfDevice() { g_device_read.store(true, std::memory_order_relaxed); }
+
+void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& session) {
+  if (!g_device_read.load(std::memory_order_relaxed)) return;  // every op: one load
+  // Only an op that may begin an iteration (StepTracker::AtIterationWithoutUpdate).
+  if (call.phase != Phase::kForward || !call.grad_enabled || !call.takes_grad_input) return;
+  g_device_read.store(false, std::memory_order_relaxed);
+  if (LateResults() == nullptr ||
+      !session.monitor().JudgesIterationWithoutUpdate(call.phase, call.grad_enabled,
+                                                      call.takes_grad_input)) {
+    return;
+  }
+  const CudaLibrary& lib = Library(session);
+  if (!lib.unavailable.empty() || CurrentStreamCaptures(lib)) return;
+  EnqueueEverythingHeld();
+  lib.drain();
 }
 
 DeviceTotals GetDeviceTotals() {

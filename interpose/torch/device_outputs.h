@@ -52,6 +52,21 @@ bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session
 // the interpreter exits, while CUDA is still up.
 void DrainDeviceChecks();
 
+// Whether op `fn` (with `inputs`) made the host wait for GPU memory: a
+// .item() (_local_scalar_dense), a blocking copy into host memory. A
+// program's own loss scaler reads its gradients' verdict so before it
+// skips an update.
+bool ReadsDeviceOnHost(const at::RecordFunction& fn, const std::vector<c10::IValue>& inputs);
+void NoteHostReadOfDevice();
+// Before top-level op `call` is judged: when it begins an iteration after
+// one whose backward pass had no update (Monitor::JudgesIterationWithoutUpdate)
+// and the program has read a GPU value since the last op that could, every
+// check enqueued so far is delivered (waiting for the GPU): whether the
+// program skipped its update is judged by the backward pass's results, and
+// the ops after them that freed or zeroed its gradients. An iteration that
+// read nothing from the GPU cannot have decided to skip: no wait.
+void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& session);
+
 
 // For the trace: what was enqueued (EnqueueTotals), ring waits, kernel
 // launches seen, and why the GPU path or its kernel names are off (empty

@@ -344,6 +344,8 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.overwrites_written = traits.fills_with_scalar || traits.writes_whole_tensor;
   traits.scaler_update = strcmp(fn.name(), kScalerUpdate) == 0;
   traits.collective = strncmp(fn.name(), "c10d::", 6) == 0;
+  traits.reads_on_host = strcmp(fn.name(), "aten::_local_scalar_dense") == 0 ||
+                         strcmp(fn.name(), "aten::copy_") == 0;
   traits.fp32_listed = Fp32Listed(fn);
   if (auto op_name = fn.operator_name()) {
     traits.handle = c10::Dispatcher::singleton().findOp(*op_name);
@@ -511,7 +513,17 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& ow
 
 namespace {
 
-void Remember(const void* key, StorageState state, const at::Tensor* t) {
+using WeakStorageImpl = c10::weak_intrusive_ptr<c10::StorageImpl>;
+
+// What the registry keeps of a storage besides its state: a weak
+// reference (unknown: none) and whether it is one value that is no
+// parameter. Made only for non-finite results, under the registry's lock.
+struct StorageIdentity {
+  const at::Tensor* tensor = nullptr;     // the CPU path's, alive now
+  const OutputStorage* late = nullptr;    // a GPU op's, made at enqueue
+};
+
+void Remember(const void* key, StorageState state, StorageIdentity identity) {
   if (key == nullptr) return;
   if (state == StorageState::kFinite &&
       g_nonfinite_size.load(std::memory_order_relaxed) == 0) {
@@ -531,13 +543,24 @@ void Remember(const void* key, StorageState state, const at::Tensor* t) {
     }
     RegisteredStorage& entry = (*g_nonfinite)[key];
     entry.state = state;
-    entry.known = t != nullptr && t->has_storage();
-    entry.storage = entry.known ? t->storage().getWeakStorageImpl()
-                                : c10::weak_intrusive_ptr<c10::StorageImpl>(
-                                      c10::intrusive_ptr<c10::StorageImpl>());
-    entry.single_value = entry.known &&
-                         t->storage().nbytes() <= static_cast<size_t>(t->element_size()) &&
-                         !(t->requires_grad() && t->is_leaf());
+    const at::Tensor* t = identity.tensor;
+    if (t != nullptr && t->has_storage()) {
+      entry.known = true;
+      entry.storage = t->storage().getWeakStorageImpl();
+      entry.single_value = t->storage().nbytes() <= static_cast<size_t>(t->element_size()) &&
+                           !(t->requires_grad() && t->is_leaf());
+    } else if (identity.late != nullptr && identity.late->weak.impl() != nullptr) {
+      // The storage may be gone by now (a temporary of the backward pass):
+      // the reference says so, and the entry goes at the next look.
+      entry.known = true;
+      entry.storage = WeakStorageImpl::reclaim_copy(
+          static_cast<c10::StorageImpl*>(identity.late->weak.impl()));
+      entry.single_value = identity.late->single_value;
+    } else {
+      entry.known = false;
+      entry.storage = WeakStorageImpl(c10::intrusive_ptr<c10::StorageImpl>());
+      entry.single_value = false;
+    }
   } else {
     g_nonfinite->erase(key);
   }
@@ -547,11 +570,25 @@ void Remember(const void* key, StorageState state, const at::Tensor* t) {
 }  // namespace
 
 void RememberChecked(const at::Tensor& t, StorageState state) {
-  Remember(StorageKey(t), state, &t);
+  Remember(StorageKey(t), state, StorageIdentity{&t, nullptr});
 }
 
-void RememberStorage(const void* key, StorageState state) {
-  Remember(key, state, nullptr);
+void RememberLateOutput(const OutputStorage& output, StorageState state) {
+  Remember(output.key, state, StorageIdentity{nullptr, &output});
+}
+
+OutputStorage DescribeOutputStorage(const at::Tensor& t) {
+  OutputStorage out;
+  out.key = StorageKey(t);
+  if (!t.has_storage()) return out;
+  const c10::Storage& storage = t.storage();
+  // One owning weak pointer, handed to core/ and given back at release.
+  out.weak = WeakStorage(storage.getWeakStorageImpl().release(), [](void* impl) {
+    WeakStorageImpl::reclaim(static_cast<c10::StorageImpl*>(impl));
+  });
+  out.single_value = storage.nbytes() <= static_cast<size_t>(t.element_size()) &&
+                     !(t.requires_grad() && t.is_leaf());
+  return out;
 }
 
 bool NonFiniteStillHeld(bool counting_single_values) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/late_ops.h"
 #include "core/loss_scale_storages.h"
 #include "core/monitor.h"
 #include "core/unchecked_outputs.h"
@@ -45,6 +46,7 @@ struct OpTraits {
   bool fp32_listed = false;  // named by NANHUNT_FP32_OPS
   bool scaler_update = false;  // GradScaler's update (sample_control.h's kScalerUpdate)
   bool collective = false;     // c10d::: what lands in its tensors is other ranks'
+  bool reads_on_host = false;  // _local_scalar_dense, copy_: may wait for a GPU (ReadsDeviceOnHost)
   uint64_t generation = 0;     // of the live settings fp32_listed was read from
   std::optional<c10::OperatorHandle> handle;
 };
@@ -159,12 +161,14 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& ow
 void RememberChecked(const at::Tensor& t, StorageState state);
 bool KnownNonFinite(const at::Tensor& t);
 bool KnownDeliberate(const at::Tensor& t);  // a mask's ±inf
-// The same by storage (StorageKey), for results that arrive after the op.
+// The same for results that arrive after the op (GPU outputs), by storage
+// (StorageKey) and the weak reference taken at enqueue.
 const void* StorageKey(const at::Tensor& t);
-void RememberStorage(const void* key, StorageState state);
+OutputStorage DescribeOutputStorage(const at::Tensor& t);
+void RememberLateOutput(const OutputStorage& output, StorageState state);
 StorageState StorageStateOf(const void* key);
 // Whether a storage known to hold inf/NaN (not a mask's) may still be
-// alive: true for one alive, or only known by its memory (a GPU result).
+// alive: true for one alive, or only known by its memory.
 // A step whose inf/NaN all went with the temporaries that held them
 // changed no weight, gradient or buffer with them. Without
 // `counting_single_values`, a storage of one value that is no parameter

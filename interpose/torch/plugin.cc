@@ -519,6 +519,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     // What lands in its tensors comes from other ranks.
     monitor.NoteCollective(StoragesOf(frame.inputs));
   }
+  if (traits.reads_on_host && ReadsDeviceOnHost(fn, frame.inputs)) NoteHostReadOfDevice();
   if (traits.view || traits.uninitialised) return;
   // An in-place op that returns nothing (_foreach_addcdiv_, _fused_adam_:
   // torch.optim's foreach and fused updates) has its written arguments for
@@ -574,6 +575,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.top_level = top_op == nullptr;
   call.thread = fn.threadId();
   call.kernel_mark = frame.kernel_mark;
+  if (call.top_level) DeliverResultsBeforeIterationVerdict(call, *session);
   if (CheckOnDevice(call, frame.inputs, outputs, traits, *session, *g_torch_dir)) {
     return;
   }

@@ -13,7 +13,8 @@
 // (bench/gpu_op_cost.py, whose counts would otherwise depend on which
 // thread valgrind happens to run first). HOST_GPU_LOG=FILE gets a line for
 // each call that puts work on a stream: "enqueue DEVICE STREAM CHECKS" and
-// "order_after DEVICE CHECKED_STREAM WAITING_STREAM" (streams by id).
+// "order_after DEVICE CHECKED_STREAM WAITING_STREAM" (streams by id), and
+// "drain" for each wait for every result.
 //
 // No CUPTI: kernel names stay off ("this libnanhunt_cuda.so has no CUPTI
 // support"), as the plugin handles a library without those symbols.
@@ -161,12 +162,14 @@ HOST_GPU_API int nanhunt_cuda_order_after(int device, void* checked, void* waiti
 HOST_GPU_API void nanhunt_cuda_drain(void) {
   Library& lib = Lib();
   absl::MutexLock lock(&lib.mu);
+  Log("drain\n");
   lib.draining = true;
   lib.mu.Await(absl::Condition(
       +[](Library* l) ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return l->queue.empty() && l->in_delivery == 0;
       },
       &lib));
+  lib.draining = false;  // called mid-run too: behind again from here
 }
 
 HOST_GPU_API long long nanhunt_cuda_waits(void) { return 0; }

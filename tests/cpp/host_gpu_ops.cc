@@ -32,6 +32,20 @@
 //                                     near fp16's limit at step 1 and past
 //                                     it at step 2; forward: that matmul
 //                                     runs in the forward pass instead
+//   host_gpu_ops own-loss-scaler [accumulate]
+//                                     a loss scaler of the program's own:
+//                                     8 iterations, each begun by a GPU
+//                                     linear of a GPU parameter; a GPU matmul of
+//                                     the backward pass overflows fp16 in
+//                                     iterations 0, 1 and 4, and the
+//                                     program, reading its flag on the host
+//                                     (.item() of a GPU value), frees the
+//                                     gradients and skips those updates;
+//                                     accumulate: 2 micro-batches an
+//                                     update, gradients held until its
+//                                     end; micro-batch 0 overflows, and
+//                                     update 0 is skipped after micro-
+//                                     batch 1 (the flag read each time)
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <torch/torch.h>
 
@@ -405,6 +419,82 @@ int ScaledGradients(bool in_forward) {
   return 0;
 }
 
+// t.item() of a GPU value: the host waits for the GPU and reads it.
+double Item(const at::Tensor& t) {
+  const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::_local_scalar_dense", "");
+  std::vector<c10::IValue> inputs{t};
+  at::RecordFunction record(at::RecordScope::FUNCTION);
+  record.before(std::cref(op.schema()),
+                c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+  const double value = Unseen([&] { return HostOf(t).to(at::kFloat); }).item<double>();
+  if (record.isActive()) record.setOutputs(std::vector<c10::IValue>{c10::Scalar(value)});
+  return value;
+}
+
+at::Tensor g_held_gradient;  // OwnLossScaler(accumulate): kept until the update
+
+// The identity, whose backward runs a GPU matmul of 16 x `value`^2 (past
+// fp16's limit for 300) and, with `hold`, keeps its result in
+// g_held_gradient, as .grad keeps a micro-batch's gradient.
+struct GpuGradientInBackward : torch::autograd::Function<GpuGradientInBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               double value, bool hold) {
+    ctx->saved_data["value"] = value;
+    ctx->saved_data["hold"] = hold;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor a = GpuFull({16, 16}, ctx->saved_data["value"].toDouble());
+    const at::Tensor gradient = Mm(a, a);
+    if (ctx->saved_data["hold"].toBool()) g_held_gradient = gradient;
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+int OwnLossScaler(bool accumulate) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(8, 1);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
+  const torch::Tensor x = torch::randn({16, 8});
+  const torch::Tensor y = torch::randn({16, 1});
+  const at::Tensor input = GpuFull({4, 4}, 0.5);
+  at::Tensor w = GpuFull({4, 4}, 1.0);
+  w.set_requires_grad(true);  // a parameter on the GPU
+  int skipped = 0;
+  bool inf_in_update = false;  // in any micro-batch of this update
+  for (int i = 0; i < 8; ++i) {
+    const bool overflow = accumulate ? i == 0 : (i == 0 || i == 1 || i == 4);
+    // The iteration's first op: F.linear on the GPU parameter, grad mode
+    // on, a composite op (its nested ops unseen here), then a GPU op of
+    // the same step on its result.
+    const at::Tensor h = GpuOp("aten::linear", "", {input, w, c10::IValue()}, [&] {
+      return at::linear(HostOf(input), HostOf(w));
+    });
+    GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
+    torch::Tensor out = model->forward(x);
+    out = GpuGradientInBackward::apply(out, overflow ? 300.0 : 1.0, accumulate);
+    torch::Tensor loss = torch::mse_loss(out, y);
+    loss.backward();
+    inf_in_update |= overflow;
+    // What the program decides by: a verdict on its gradients, computed on
+    // the GPU (here: planted), read on the host after each backward pass.
+    const bool found_inf = Item(GpuFull({}, inf_in_update ? 1.0 : 0.0)) != 0;
+    if (accumulate && i % 2 == 0) continue;  // the next micro-batch
+    if (found_inf) {
+      ++skipped;  // the gradients freed, the update skipped
+    } else {
+      optimizer.step();
+    }
+    optimizer.zero_grad();
+    g_held_gradient = at::Tensor();
+    inf_in_update = false;
+  }
+  std::printf("skipped %d updates\n", skipped);
+  return 0;
+}
+
 // a + a for a few fp16 values, with no ATen op on the host: an op as
 // small as a GPU op is to the host, and nothing else the callbacks see.
 at::Tensor PlainAdd(const at::Tensor& a) {
@@ -445,6 +535,9 @@ int main(int argc, char** argv) {
   if (what == "mask-constants") return MaskConstants();
   if (what == "scaled-gradients") {
     return ScaledGradients(argc > 2 && std::string(argv[2]) == "forward");
+  }
+  if (what == "own-loss-scaler") {
+    return OwnLossScaler(argc > 2 && std::string(argv[2]) == "accumulate");
   }
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
   std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | loop N\n");

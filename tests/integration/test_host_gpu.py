@@ -29,12 +29,15 @@ def run_gpu_ops(args, out, library, **settings):
 
 
 def run_logged(args, out, tmp_path, **settings):
-    """Runs the program under the stand-in, which logs each enqueue and
-    order_after call; returns those lines, once the run has succeeded."""
+    """Runs the program under the stand-in, which logs each enqueue,
+    order_after and drain call; returns those lines but the drain at exit,
+    once the run has succeeded."""
     log = tmp_path / "calls.log"
     r = run_gpu_ops(args, out, STAND_IN_PRELOAD, HOST_GPU_LOG=str(log), **settings)
     assert r.returncode == 0, r.stderr
-    return log.read_text().splitlines()
+    lines = log.read_text().splitlines()
+    assert lines[-1] == "drain", lines  # at exit, after what is returned
+    return lines[:-1]
 
 
 def meta(out):
@@ -195,6 +198,58 @@ def test_results_that_arrive_steps_late_count_in_their_own_steps(out):
     assert origins == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 0)]
     first = view_json(out)["first_origin"]
     assert (first["op"], first["step"]) == ("aten::mm", 3), first
+
+
+def steps_of(out):
+    (trace,) = sorted(out.glob("*.sqlite"))
+    return sqlite3.connect(trace).execute(
+        "SELECT step, SUM(ops), SUM(nonfinite_ops) FROM steps GROUP BY step "
+        "ORDER BY step").fetchall()
+
+
+@pytest.mark.parametrize("batch", ["1", "32"])
+def test_a_loss_scaler_of_the_programs_own_is_followed_on_a_gpu(out, batch):
+    # The program reads its verdict on the gradients from the GPU (.item())
+    # and skips the update of iterations 0, 1 and 4, freeing the gradients.
+    # HOST_GPU_LAG keeps every result back, as a GPU behind the host: only
+    # the delivery before the next iteration's first op, which the read
+    # allows, lets its overflowed gradients judge that iteration.
+    r = run_gpu_ops(["own-loss-scaler"], out, STAND_IN_PRELOAD, HOST_GPU_LAG="100000",
+                    NANHUNT_GPU_BATCH=batch)
+    assert r.returncode == 0, r.stderr
+    assert "the program skipped 3 updates" in r.stderr, r.stderr
+    report = view_json(out)
+    assert report["program_skipped_steps"] == [0, 1, 4], report["program_skipped_steps"]
+    assert report["steps"] == 8
+    assert report["diagnosis"]["title"] == (
+        "Healthy: every inf/NaN was in gradients the program's loss scaler skipped")
+    first = report["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "backward", 0), first
+    # Each iteration a step of its own, its overflow in it, from its first
+    # op on (a composite linear on the GPU, then a mul).
+    assert [nonfinite for _, _, nonfinite in steps_of(out)] == [1, 1, 0, 0, 1, 0, 0, 0]
+    (trace,) = sorted(out.glob("*.sqlite"))
+    muls = sqlite3.connect(trace).execute(
+        "SELECT step, SUM(calls) FROM op_stats WHERE op = 'aten::mul' GROUP BY step "
+        "ORDER BY step").fetchall()
+    assert muls == [(step, 1) for step in range(8)], muls
+
+
+def test_gradients_held_for_the_next_micro_batch_are_no_skip_on_a_gpu(out):
+    # Two micro-batches an update; the first one's gradient overflows and
+    # is held (as .grad holds it) when the second begins: a micro-batch,
+    # judged by the weak reference the GPU path keeps to each output's
+    # storage. After the second, the program frees it and skips update 0.
+    r = run_gpu_ops(["own-loss-scaler", "accumulate"], out, STAND_IN_PRELOAD,
+                    HOST_GPU_LAG="100000")
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    assert report["program_skipped_steps"] == [0], report["program_skipped_steps"]
+    steps = steps_of(out)
+    assert [step for step, _, _ in steps] == [0, 1, 2, 3]
+    # Two micro-batches a step (step 0 also has the set-up's ops).
+    assert len({ops for _, ops, _ in steps[1:]}) == 1, steps
+    assert steps[0][2] == 1
 
 
 def test_gpu_ops_leave_the_program_bit_identical(out):

@@ -64,7 +64,7 @@ std::shared_ptr<LateOp> Op(uint64_t id, const char* name, int out, int in = -1,
   facts.format = Format::kF16;
   facts.shape = "[4, 4]";
   op->outputs.push_back(facts);
-  op->output_storages.push_back(&g_storage[out]);
+  op->output_storages.push_back(OutputStorage{&g_storage[out], {}, false});
   if (in >= 0) {
     LateInput input;
     input.dtype = "float16";
@@ -81,12 +81,17 @@ class LateOpsTest : public ::testing::Test {
   Monitor monitor_{config_, nullptr, [] { return 1.0; }};
   absl::flat_hash_map<const void*, StorageState> states_;
   absl::flat_hash_set<const void*> registry_;  // the non-finite ones
+  void* remembered_weak_ = nullptr;  // the last remembered output's
+  bool remembered_single_value_ = false;
   LateOps late_{&monitor_,
                 [this](const void* s) {
                   auto it = states_.find(s);
                   return it == states_.end() ? StorageState::kFinite : it->second;
                 },
-                [this](const void* s, StorageState state) {
+                [this](const OutputStorage& out, StorageState state) {
+                  const void* s = out.key;
+                  remembered_weak_ = out.weak.impl();
+                  remembered_single_value_ = out.single_value;
                   states_[s] = state;
                   if (state == StorageState::kNonFinite) registry_.insert(s);
                   else registry_.erase(s);
@@ -170,7 +175,7 @@ TEST_F(LateOpsTest, AnOpWithoutASourceLineIsWantedNextTimeAndWaitsForAllOutputs)
   auto op = Op(1, "aten::exp", 6);
   TensorFacts second = op->outputs[0];
   op->outputs.push_back(second);
-  op->output_storages.push_back(&g_storage[7]);
+  op->output_storages.push_back(OutputStorage{&g_storage[7], {}, false});
   op->pending = 3;  // two results, and the enqueuing thread's hold
   EXPECT_FALSE(late_.OnResult(op, 0, Counts(0)).has_value());
   EXPECT_FALSE(late_.OnResult(op, 1, Counts(4)).has_value());
@@ -242,6 +247,27 @@ TEST_F(LateOpsTest, MaskConstantsAreKnownByTheirMemoryAndMakeMinusInfAMask) {
   // Memory written finite since holds no mask constants: its cast is an origin.
   EXPECT_EQ(late_.OnResult(Op(4, "aten::mul", 1, 5), 0, Counts(0)), Verdict::kClean);
   EXPECT_EQ(late_.OnResult(Op(5, "aten::_to_copy", 3, 1), 0, minus_inf), Verdict::kOrigin);
+}
+
+int g_weak_released = 0;
+
+// The weak reference to an output's storage, taken at enqueue, reaches
+// the registry with the result (which tells from it whether the memory is
+// still that storage's), and is let go once, with the op.
+TEST_F(LateOpsTest, AnOutputsWeakStorageReachesTheRegistryAndGoesWithItsOp) {
+  g_weak_released = 0;
+  auto op = Op(1, "aten::mm", 2);
+  const auto release = [](void*) { ++g_weak_released; };
+  WeakStorage moved(&g_storage[2], release);
+  op->output_storages[0].weak = std::move(moved);
+  op->output_storages[0].single_value = true;
+  EXPECT_EQ(moved.impl(), nullptr);
+  EXPECT_EQ(late_.OnResult(op, 0, Counts(4)), Verdict::kOrigin);
+  EXPECT_EQ(remembered_weak_, &g_storage[2]);
+  EXPECT_TRUE(remembered_single_value_);
+  EXPECT_EQ(g_weak_released, 0);
+  op.reset();
+  EXPECT_EQ(g_weak_released, 1);
 }
 
 }  // namespace

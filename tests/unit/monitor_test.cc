@@ -652,6 +652,76 @@ TEST_F(TracedMonitorTest, AnUpdateTheProgramSkippedIsAStepOfItsOwn) {
   EXPECT_EQ(t->steps[2].nonfinite_ops, 0);
 }
 
+// The same on a GPU: the backward pass's results arrive late (the plugin
+// delivers them before the next iteration's first op when the program has
+// read a GPU value). The op that begins the next iteration is judged by
+// them, as on the CPU: a skip when nothing holds the gradients, the next
+// micro-batch when they are still held. A result of a step already over
+// names no bad gradients of the step it arrives in.
+TEST_F(TracedMonitorTest, GpuResultsOfABackwardPassJudgeTheIterationAfterIt) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  const TensorFacts fine = Fp16(0, 0x4000);
+  bool held = false;
+  const auto held_now = [&] { return held; };
+  // Enqueued now; its result, delivered by `deliver` (later).
+  const auto enqueue = [&](Phase phase) {
+    return m.NoteLateOp(phase, true, phase == Phase::kForward, true, held_now);
+  };
+  const auto deliver = [&](const Monitor::Position& at, const TensorFacts& out) {
+    OpEvent e;
+    e.op = at.phase == Phase::kBackward ? "aten::mm" : "aten::addmm";
+    e.forward_op = at.phase == Phase::kBackward ? "aten::addmm" : "";
+    e.phase = at.phase;
+    e.late_step = at.step;
+    e.late_renumberings = at.renumberings;
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    m.OnOp(e, ctx);
+  };
+  // Step 0 trains.
+  deliver(enqueue(Phase::kForward), fine);
+  deliver(enqueue(Phase::kBackward), fine);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  // Step 1's gradients overflow; they are still held at the next forward
+  // pass: a micro-batch.
+  deliver(enqueue(Phase::kForward), fine);
+  deliver(enqueue(Phase::kBackward), overflowed);
+  held = true;
+  EXPECT_TRUE(m.JudgesIterationWithoutUpdate(Phase::kForward, true, true));
+  deliver(enqueue(Phase::kForward), fine);
+  EXPECT_EQ(m.step(), 1);
+  EXPECT_EQ(m.program_skips(), 0);
+  // Freed by the next one: the program skipped the update.
+  deliver(enqueue(Phase::kBackward), fine);
+  held = false;
+  deliver(enqueue(Phase::kForward), fine);
+  EXPECT_EQ(m.step(), 2);
+  EXPECT_EQ(m.program_skips(), 1);
+  // Step 2 updates; its backward result comes in only after that, in step
+  // 3, whose iteration is then judged by nothing: no skip.
+  const Monitor::Position late = enqueue(Phase::kBackward);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  EXPECT_FALSE(m.JudgesIterationWithoutUpdate(Phase::kForward, true, true));
+  deliver(enqueue(Phase::kForward), fine);
+  deliver(late, overflowed);
+  deliver(enqueue(Phase::kBackward), fine);
+  deliver(enqueue(Phase::kForward), fine);  // step 3's second micro-batch
+  EXPECT_EQ(m.step(), 3);
+  EXPECT_EQ(m.program_skips(), 1);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->program_skipped_steps, std::vector<int64_t>{1});
+}
+
+// What the plugin answers for a GPU op that begins an iteration: whether
+// the last one's non-finite gradients are still held (here: yes, when asked).
+bool GradientsHeld() { return true; }
+
 // The host runs ahead of the GPU: a step ends at its last op's launch, and
 // results of its ops may come in while the next step runs. They count in
 // their own step, in op_stats and in the steps table, not in the step that
@@ -661,14 +731,14 @@ TEST_F(TracedMonitorTest, GpuResultsArrivingAfterTheirStepEndedCountInThatStep) 
   FakeContext ctx;
   // Step 0: a GPU matmul is enqueued; the optimizer ends the step before
   // its result is back.
-  const Monitor::Position enqueued = m.NoteLateOp(Phase::kForward, true, false, true);
+  const Monitor::Position enqueued = m.NoteLateOp(Phase::kForward, true, false, true, GradientsHeld);
   ASSERT_EQ(enqueued.step, 0);
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
   ASSERT_EQ(m.step(), 1);
   // Step 1 runs a GPU op of its own, then step 0's result arrives: inf
   // from finite inputs, an origin of step 0.
-  ASSERT_EQ(m.NoteLateOp(Phase::kForward, true, false, true).step, 1);
+  ASSERT_EQ(m.NoteLateOp(Phase::kForward, true, false, true, GradientsHeld).step, 1);
   const TensorFacts overflowed = Fp16(/*posinf=*/3);
   OpEvent late;
   late.op = "aten::mm";
@@ -733,19 +803,19 @@ TEST_F(TracedMonitorTest, GpuResultsOfUndoneStepsCountInTheStepTheyJoined) {
   };
   Monitor::Position second{}, third{};
   for (int micro_batch = 0; micro_batch < 3; ++micro_batch) {
-    third = m.NoteLateOp(Phase::kForward, true, true, true);
+    third = m.NoteLateOp(Phase::kForward, true, true, true, GradientsHeld);
     if (micro_batch == 1) second = third;
     if (micro_batch == 2) {
       EXPECT_EQ(m.OnOp(result("aten::add", second, fine), ctx), Verdict::kClean);
     }
-    m.NoteLateOp(Phase::kBackward, true, false, true);
+    m.NoteLateOp(Phase::kBackward, true, false, true, GradientsHeld);
   }
   ASSERT_EQ(second.step, 1) << "a tentative number";
   ASSERT_EQ(third.step, 2) << "a tentative number";
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
   ASSERT_EQ(m.step(), 1);
-  const Monitor::Position next = m.NoteLateOp(Phase::kForward, true, true, true);
+  const Monitor::Position next = m.NoteLateOp(Phase::kForward, true, true, true, GradientsHeld);
   ASSERT_EQ(next.step, 1);
   EXPECT_EQ(m.OnOp(result("aten::mm", third, overflowed), ctx), Verdict::kOrigin);
   EXPECT_EQ(m.OnOp(result("aten::bmm", next, overflowed), ctx), Verdict::kOrigin);

@@ -10,21 +10,24 @@
 #   accumulate   two micro-batches per update, checked after both
 #   stalled      the scale doubles after every good update: half are skipped
 #   no-check     no overflow check: non-finite gradients reach the weights
-# argv[2]: how many iterations (30).
+# argv[2]: how many iterations (30). DEVICE=cuda: on the GPU
+# (scripts/gpu-check.sh).
+import os
 import sys
 
 import torch
 
 mode = sys.argv[1]
+device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                            torch.nn.Linear(64, 1)).half()
+                            torch.nn.Linear(64, 1)).half().to(device)
 master = [p.detach().float().clone().requires_grad_() for p in model.parameters()]
 opt = torch.optim.Adam(master, lr=1e-3)
 scale, good = 2.0**24, 0
 grow_after = 1 if mode == "stalled" else 4
 micro_batches = 2 if mode == "accumulate" else 1
-x, y = torch.randn(64, 32).half(), torch.randn(64, 1)
+x, y = torch.randn(64, 32).half().to(device), torch.randn(64, 1).to(device)
 for it in range(int(sys.argv[2]) if len(sys.argv) > 2 else 30):
     if mode == "in-place":
         for p in model.parameters():
