@@ -32,7 +32,7 @@
 //                                     near fp16's limit at step 1 and past
 //                                     it at step 2; forward: that matmul
 //                                     runs in the forward pass instead
-//   host_gpu_ops own-loss-scaler [accumulate]
+//   host_gpu_ops own-loss-scaler [accumulate|captured]
 //                                     a loss scaler of the program's own:
 //                                     8 iterations, each begun by a GPU
 //                                     linear of a GPU parameter; a GPU matmul of
@@ -45,7 +45,10 @@
 //                                     update, gradients held until its
 //                                     end; micro-batch 0 overflows, and
 //                                     update 0 is skipped after micro-
-//                                     batch 1 (the flag read each time)
+//                                     batch 1 (the flag read each time);
+//                                     captured: each iteration's linear
+//                                     but the first on a stream capturing
+//                                     a CUDA graph
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <torch/torch.h>
 
@@ -453,7 +456,7 @@ struct GpuGradientInBackward : torch::autograd::Function<GpuGradientInBackward> 
   }
 };
 
-int OwnLossScaler(bool accumulate) {
+int OwnLossScaler(bool accumulate, bool captured) {
   torch::manual_seed(0);
   torch::nn::Linear model(8, 1);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
@@ -469,9 +472,11 @@ int OwnLossScaler(bool accumulate) {
     // The iteration's first op: F.linear on the GPU parameter, grad mode
     // on, a composite op (its nested ops unseen here), then a GPU op of
     // the same step on its result.
+    if (captured && i > 0) t_stream[0] = kHostGpuCapturingStreamId;
     const at::Tensor h = GpuOp("aten::linear", "", {input, w, c10::IValue()}, [&] {
       return at::linear(HostOf(input), HostOf(w));
     });
+    t_stream[0] = 0;
     GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
     torch::Tensor out = model->forward(x);
     out = GpuGradientInBackward::apply(out, overflow ? 300.0 : 1.0, accumulate);
@@ -537,7 +542,8 @@ int main(int argc, char** argv) {
     return ScaledGradients(argc > 2 && std::string(argv[2]) == "forward");
   }
   if (what == "own-loss-scaler") {
-    return OwnLossScaler(argc > 2 && std::string(argv[2]) == "accumulate");
+    const std::string how = argc > 2 ? argv[2] : "";
+    return OwnLossScaler(how == "accumulate", how == "captured");
   }
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
   std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | loop N\n");

@@ -235,6 +235,15 @@ def test_a_loss_scaler_of_the_programs_own_is_followed_on_a_gpu(out, batch):
     assert muls == [(step, 1) for step in range(8)], muls
 
 
+def test_no_wait_for_results_on_a_stream_that_captures_a_graph(out, tmp_path):
+    # An iteration's first op on a capturing stream: waiting for the GPU
+    # there would end the capture, so its results are not waited for (the
+    # stand-in logs each wait) and those skips go unjudged.
+    calls = run_logged(["own-loss-scaler", "captured"], out, tmp_path, HOST_GPU_LAG="100000")
+    assert "drain" not in calls, calls
+    assert view_json(out)["program_skipped_steps"] == []
+
+
 def test_gradients_held_for_the_next_micro_batch_are_no_skip_on_a_gpu(out):
     # Two micro-batches an update; the first one's gradient overflows and
     # is held (as .grad holds it) when the second begins: a micro-batch,
