@@ -194,6 +194,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     const double now = e.top_op.empty() ? clock_() : 0;
     if (e.late_step >= 0) e.late_step = RenumberedLocked(e.late_step, e.late_renumberings);
     if (e.late_step < 0) {
+      if (e.phase == Phase::kBackward) unjudged_counted_ = false;
       if (e.top_op.empty()) {
         JudgeIterationWithoutUpdateLocked(e.phase, e.grad_enabled, e.takes_grad_input,
                                           [&] { return context.NonFiniteGradientsHeld(); }, now);
@@ -317,6 +318,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
                                       bool takes_grad_input, bool top_level,
                                       absl::FunctionRef<bool()> nonfinite_gradients_held) {
   absl::MutexLock lock(&mu_);
+  if (phase == Phase::kBackward) unjudged_counted_ = false;
   if (top_level) {
     JudgeIterationWithoutUpdateLocked(phase, grad_enabled, takes_grad_input,
                                       nonfinite_gradients_held, clock_());
@@ -656,8 +658,13 @@ void Monitor::JudgeIterationWithoutUpdateLocked(Phase phase, bool grad_enabled,
   // in .grad for the next micro-batch of gradient accumulation, or written
   // into a weight by a hand-written update. In sample mode an unchecked
   // op may have carried them anywhere.
-  if (step_bad_backward_op_.empty() || config_.mode == Mode::kSample ||
+  if (step_bad_backward_op_.empty() ||
       !steps_.AtIterationWithoutUpdate(phase, grad_enabled, takes_grad_input)) {
+    return;
+  }
+  if (config_.mode == Mode::kSample) {
+    if (!unjudged_counted_) ++unjudged_in_sample_mode_;  // once per iteration
+    unjudged_counted_ = true;
     return;
   }
   if (nonfinite_gradients_held()) {
@@ -686,6 +693,11 @@ void Monitor::RecordProgramSkipLocked(double now) {
 int64_t Monitor::program_skips() const {
   absl::MutexLock lock(&mu_);
   return program_skips_;
+}
+
+int64_t Monitor::iterations_unjudged_in_sample_mode() const {
+  absl::MutexLock lock(&mu_);
+  return unjudged_in_sample_mode_;
 }
 
 int64_t Monitor::skipped_steps() const {

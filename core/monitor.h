@@ -284,6 +284,13 @@ class Monitor {
   // and returns a line for the user.
   std::string OnStepSkipped();
   int64_t skipped_steps() const;
+  // In sample mode: iterations whose backward pass made non-finite
+  // gradients (as far as the checked ops show) and that began the next
+  // batch without an optimizer step. A loss scaler of the program's own
+  // skips so; sample mode cannot tell that from accumulation (an op nobody
+  // checked may hold them), so they are counted, not judged (the view
+  // cautions).
+  int64_t iterations_unjudged_in_sample_mode() const;
   // Iterations whose program skipped the update itself (its own loss
   // scaler): non-finite gradients, then the next batch without an
   // optimizer step, and none of them kept. Each is a step of its own, with
@@ -407,6 +414,8 @@ class Monitor {
   std::string step_bad_forward_op_ ABSL_GUARDED_BY(mu_);
   int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t program_skips_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t unjudged_in_sample_mode_ ABSL_GUARDED_BY(mu_) = 0;
+  bool unjudged_counted_ ABSL_GUARDED_BY(mu_) = false;  // since the last backward op
   // Memory that torch.distributed collectives (c10d::*) wrote into.
   absl::flat_hash_set<const void*> collective_storages_ ABSL_GUARDED_BY(mu_);
   // Set at the first collective: until then (any run that is not

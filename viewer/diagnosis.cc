@@ -227,9 +227,42 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
   return d;
 }
 
+Diagnosis DiagnoseRun(const RunSummary& s);
+
+// Sample mode counts, and does not judge, iterations whose non-finite
+// gradients were followed by the next batch without an optimizer step: a
+// loss scaler of the program's own skipping. Without a GradScaler to say
+// so, the overflows such a scaler threw away look like findings here.
+void AddSampleModeCaution(const RunSummary& s, Diagnosis& d) {
+  if (s.iterations_unjudged_in_sample_mode == 0 || d.kind == "healthy" ||
+      !s.skipped_steps.empty() || !s.loss_scale.empty()) {
+    return;
+  }
+  const int64_t n = s.iterations_unjudged_in_sample_mode;
+  d.evidence.push_back(absl::StrCat(
+      "sample mode: ", n, n == 1 ? " time" : " times",
+      ", non-finite gradients were followed by the next batch without an optimizer step. "
+      "That is what a loss scaler of the program's own does when it skips an update "
+      "(fairseq's and Megatron's FP16 optimizers, DeepSpeed's fp16 engine), and sample "
+      "mode does not follow such skips: the overflows it threw away count as findings "
+      "here"));
+  d.fixes.insert(d.fixes.begin(),
+                 "if the program scales its loss itself, run with every op checked "
+                 "(NANHUNT_MODE=check, the default): its skips are then told apart, and a "
+                 "run whose every overflow it skipped is healthy");
+}
+
 }  // namespace
 
 Diagnosis Diagnose(const RunSummary& s) {
+  Diagnosis d = DiagnoseRun(s);
+  AddSampleModeCaution(s, d);
+  return d;
+}
+
+namespace {
+
+Diagnosis DiagnoseRun(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") return NonFiniteInput(s, f);
@@ -410,4 +443,5 @@ Diagnosis Diagnose(const RunSummary& s) {
   return d;
 }
 
+}  // namespace
 }  // namespace nanhunt

@@ -348,6 +348,10 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
           c != t.meta.end() && absl::SimpleAtoi(c->second, &n)) {
         s.op_calls_checked += n;
       }
+      if (auto c = t.meta.find("iterations_unjudged_in_sample_mode");
+          c != t.meta.end() && absl::SimpleAtoi(c->second, &n)) {
+        s.iterations_unjudged_in_sample_mode += n;
+      }
     }
     if (s.escalations.empty()) {
       for (const EscalationRow& e : t.escalations) {
@@ -902,6 +906,7 @@ std::string RenderJson(const RunSummary& s) {
     j.BeginObject();
     j.Key("op_sampling").String(s.op_sampling);
     j.Key("op_calls_checked").Int(s.op_calls_checked);
+    j.Key("iterations_unjudged").Int(s.iterations_unjudged_in_sample_mode);
     j.Key("escalations").BeginArray();
     for (const RunSummary::Escalation& e : s.escalations) {
       j.BeginObject();

@@ -76,6 +76,11 @@ struct RunSummary {
   // first thing its window found (an origin or input, else a warning).
   std::string op_sampling;
   int64_t op_calls_checked = 0;
+  // Iterations with non-finite gradients that began the next batch without
+  // an optimizer step, which sample mode counts and does not judge (meta
+  // iterations_unjudged_in_sample_mode): a loss scaler of the program's
+  // own may have skipped them.
+  int64_t iterations_unjudged_in_sample_mode = 0;
   struct Escalation {
     EscalationRow row;
     std::optional<FindingRow> found;

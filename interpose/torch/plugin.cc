@@ -1088,6 +1088,10 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       const std::vector<std::string> masks = session->monitor().mask_ops();
       if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
+      if (const int64_t unjudged = session->monitor().iterations_unjudged_in_sample_mode();
+          unjudged > 0) {
+        w.PutMeta("iterations_unjudged_in_sample_mode", absl::StrCat(unjudged));
+      }
       if (session->sampler() != nullptr) {
         const SampleTotals sampled = GetSampleTotals();
         // Calls torch left unsampled never reach nanhunt: no count of them.

@@ -94,3 +94,32 @@ def test_gradients_that_reach_the_weights_are_no_skip(out):
     assert j["program_skipped_steps"] == []
     assert j["steps"] == 30
     assert j["diagnosis"]["kind"] == "backward_overflow", j["diagnosis"]
+
+
+@pytest.mark.parametrize("mode", ["set-to-none", "no-check"])
+def test_sample_mode_says_it_does_not_follow_the_programs_skips(out, mode):
+    # Sample mode cannot tell a skip from accumulation (an op nobody checked
+    # may hold the gradients): it counts the iterations whose non-finite
+    # gradients were followed by the next batch without an optimizer step,
+    # and the diagnosis says what that means and to check every op. A run
+    # whose overflows reach the weights (no check: an optimizer step each
+    # iteration) gets no such caution.
+    r = preload_run([PYTHON, SCRIPT, mode], out, NANHUNT_MODE="sample")
+    assert r.returncode == 0, r.stderr
+    j = view_json(out)
+    d = j["diagnosis"]
+    unjudged = j["sample_mode"]["iterations_unjudged"]
+    caution = [e for e in d["evidence"] if e.startswith("sample mode: ")]
+    if mode == "no-check":
+        assert unjudged == 0 and caution == [], d
+        return
+    assert d["kind"] == "backward_overflow", d
+    assert unjudged > 0, j["sample_mode"]
+    assert caution == [
+        f"sample mode: {unjudged} times, non-finite gradients were followed by the next batch "
+        "without an optimizer step. That is what a loss scaler of the program's own does when "
+        "it skips an update (fairseq's and Megatron's FP16 optimizers, DeepSpeed's fp16 "
+        "engine), and sample mode does not follow such skips: the overflows it threw away "
+        "count as findings here"], d
+    assert d["fixes"][0].startswith(
+        "if the program scales its loss itself, run with every op checked (NANHUNT_MODE=check"), d

@@ -55,6 +55,45 @@ TEST(Diagnosis, TheProgramsScalerSkippingEveryOtherUpdateStalls) {
   EXPECT_EQ(d.op, "aten::addmm") << "the forward op of the overflowing backward op";
 }
 
+// Sample mode counts, without judging them, iterations with non-finite
+// gradients that ended without an optimizer step: an overflow diagnosis
+// then says a loss scaler of the program's own may have skipped them, and
+// to check every op. Not for a GradScaler run, whose skips are known, nor
+// for a healthy one.
+TEST(Diagnosis, SampleModeCautionsThatItDoesNotFollowAProgramsScaler) {
+  RunSummary s;
+  s.steps = 19;
+  s.first_origin = BackwardOrigin(4);
+  s.nonfinite_steps = {4, 9};
+  s.nonfinite_steps_kept = {4, 9};  // sample mode does not follow what was freed
+  s.op_sampling = "torch";
+  s.iterations_unjudged_in_sample_mode = 2;
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "backward_overflow");
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_EQ(d.fixes[0].rfind("if the program scales its loss itself, run with every op "
+                             "checked (NANHUNT_MODE=check", 0),
+            0u)
+      << d.fixes[0];
+  EXPECT_EQ(d.evidence.back().rfind("sample mode: 2 times, non-finite gradients were "
+                                    "followed by the next batch without an optimizer step",
+                                    0),
+            0u)
+      << d.evidence.back();
+  s.skipped_steps = {4, 9};  // GradScaler's
+  d = Diagnose(s);
+  EXPECT_TRUE(std::none_of(d.evidence.begin(), d.evidence.end(), [](const std::string& e) {
+    return e.rfind("sample mode: ", 0) == 0;
+  }));
+  s.skipped_steps.clear();
+  s.first_origin.reset();
+  s.nonfinite_steps.clear();
+  s.nonfinite_steps_kept.clear();
+  d = Diagnose(s);
+  EXPECT_EQ(d.kind, "healthy");
+  EXPECT_TRUE(d.fixes.empty());
+}
+
 TEST(Diagnosis, AStepTheRunStoppedInBeforeTheScalerDecidedIsNoOverflow) {
   // GradScaler skipped steps 0-2; the run was stopped after step 29's
   // backward pass overflowed, before its scaler update.

@@ -49,6 +49,29 @@ TensorFacts Fp16(uint64_t posinf, uint16_t max_bits = 0x5000) {
   return t;
 }
 
+// A top-level op of a training iteration: the forward addmm on a
+// parameter, or its backward mm.
+void IterationOp(Monitor& m, OpContext& ctx, Phase phase, const TensorFacts& out) {
+  OpEvent e;
+  e.op = phase == Phase::kBackward ? "aten::mm" : "aten::addmm";
+  e.phase = phase;
+  e.forward_op = phase == Phase::kBackward ? "aten::addmm" : "";
+  e.takes_grad_input = true;
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  m.OnOp(e, ctx);
+}
+
+// A step whose forward and backward ops are finite, ended by an optimizer
+// record.
+void TrainedStep(Monitor& m, OpContext& ctx) {
+  const TensorFacts fine = Fp16(0, 0x4000);
+  IterationOp(m, ctx, Phase::kForward, fine);
+  IterationOp(m, ctx, Phase::kBackward, fine);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+}
+
+
 InputFacts Input(bool nonfinite, bool produced_by_op) {
   InputFacts in;
   in.checked = true;
@@ -468,6 +491,29 @@ TEST_F(MonitorTest, StepsAdvanceWithOptimizerRecords) {
   EXPECT_EQ(monitor_.first_origin()->step, 1);
 }
 
+// Sample mode does not judge an iteration that made non-finite gradients
+// and began the next batch without an optimizer step (an op nobody checked
+// may hold them): it counts it, once, for the view's caution.
+TEST_F(MonitorTest, SampleModeCountsIterationsWithoutUpdateItDoesNotJudge) {
+  config_.mode = Mode::kSample;
+  Monitor m(config_, nullptr, [] { return 1.0; });
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  ctx.gradients_held = false;  // what the CPU path would call a skip
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  const TensorFacts fine = Fp16(0, 0x4000);
+  const auto op = [&](Phase phase, const TensorFacts& out) { IterationOp(m, ctx, phase, out); };
+  TrainedStep(m, ctx);
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    op(Phase::kForward, fine);
+    op(Phase::kBackward, overflowed);
+  }
+  op(Phase::kForward, fine);
+  op(Phase::kForward, fine);  // the same iteration: counted once
+  EXPECT_EQ(m.iterations_unjudged_in_sample_mode(), 2);
+  EXPECT_EQ(m.program_skips(), 0);
+}
+
 TEST_F(MonitorTest, PropagatedFindingsAreCappedPerStepButOriginsAreNot) {
   config_.max_findings_per_step = 2;
   Monitor m(config_, nullptr, [] { return 1.0; });
@@ -617,20 +663,9 @@ TEST_F(TracedMonitorTest, AnUpdateTheProgramSkippedIsAStepOfItsOwn) {
   ctx.inputs = {Input(false, false)};
   const TensorFacts overflowed = Fp16(/*posinf=*/3);
   const TensorFacts fine = Fp16(0, 0x4000);
-  const auto op = [&](Phase phase, const TensorFacts& out) {
-    OpEvent e;
-    e.op = phase == Phase::kBackward ? "aten::mm" : "aten::addmm";
-    e.phase = phase;
-    e.forward_op = phase == Phase::kBackward ? "aten::addmm" : "";
-    e.takes_grad_input = true;
-    e.outputs = absl::MakeConstSpan(&out, 1);
-    m.OnOp(e, ctx);
-  };
-  // Step 0 trains; step 1's gradients overflow; two micro-batches are kept.
-  op(Phase::kForward, fine);
-  op(Phase::kBackward, fine);
-  m.OnOptimizerStepBegin();
-  m.OnOptimizerStepEnd();
+  const auto op = [&](Phase phase, const TensorFacts& out) { IterationOp(m, ctx, phase, out); };
+  TrainedStep(m, ctx);  // step 0
+  // Step 1's gradients overflow; two micro-batches are kept.
   op(Phase::kForward, fine);
   op(Phase::kBackward, overflowed);
   ctx.gradients_held = true;
