@@ -351,6 +351,15 @@ void Session::Finish() {
                     " after non-finite gradients (a loss scaler of its own), without an "
                     "optimizer step");
   }
+  if (const int64_t unjudged = monitor_->iterations_unjudged_in_sample_mode();
+      unjudged > 0 && monitor_->first_origin()) {
+    // The origin above may then be in gradients the program threw away.
+    absl::StrAppend(&line, "\nnanhunt: sample mode: ", unjudged, " iteration",
+                    unjudged == 1 ? "" : "s",
+                    " made non-finite gradients and began the next batch without an "
+                    "optimizer step; if the program scales its loss itself (not GradScaler), "
+                    "NANHUNT_MODE=check follows its skips");
+  }
   absl::StrAppend(&line, "\nnanhunt: details: nanhunt view ",
                   config_.out_dir);
   fprintf(stderr, "%s\n", line.c_str());

@@ -112,7 +112,11 @@ def test_sample_mode_says_it_does_not_follow_the_programs_skips(out, mode):
     caution = [e for e in d["evidence"] if e.startswith("sample mode: ")]
     if mode == "no-check":
         assert unjudged == 0 and caution == [], d
+        assert "began the next batch without an optimizer step" not in r.stderr, r.stderr
         return
+    assert (f"nanhunt: sample mode: {unjudged} iterations made non-finite gradients and began the next batch "
+            "without an optimizer step; if the program scales its loss itself (not GradScaler), "
+            "NANHUNT_MODE=check follows its skips") in r.stderr, r.stderr
     assert d["kind"] == "backward_overflow", d
     assert unjudged > 0, j["sample_mode"]
     assert caution == [
