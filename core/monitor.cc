@@ -806,9 +806,10 @@ void Monitor::FlushStep() {
   // trained (a run killed mid-step); its statistics are written either way.
   if (!step_trained_) {
     call_index_ = 0;
-  } else if (writer_ && call_index_ > 0) {
+  } else if (writer_ && call_index_ > 0 && !steps_.UpdatedAfterLastBackward()) {
     // Its update, or a loss scaler's skip of it, never came: no verdict on
-    // its gradients.
+    // its gradients. (A C++ program's last update ends its last step
+    // without an op of the next.)
     writer_->Add(EventRow{clock_(), kUnfinishedStep,
                           absl::StrCat("step ", steps_.step(), ": ", kUnfinishedStepDetail)});
   }

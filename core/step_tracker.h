@@ -79,6 +79,13 @@ class StepTracker {
   // does not begin a step.
   void OnGradientsKept();
 
+  // A program without optimizer records (C++) ran its update (ops with grad
+  // mode off) after its last backward pass: the iteration is over, though
+  // no op has begun the next one yet.
+  bool UpdatedAfterLastBackward() const {
+    return !seen_optimizer_ && saw_backward_ && updated_since_backward_;
+  }
+
   // Steps `first` through `last` were tentative numbers, undone: they
   // belong to step `to`. What the last call undid, if anything; reading
   // clears it. The caller renumbers what it recorded under them.

@@ -753,6 +753,43 @@ TEST_F(TracedMonitorTest, GpuResultsOfABackwardPassJudgeTheIterationAfterIt) {
   EXPECT_EQ(t->program_skipped_steps, std::vector<int64_t>{1});
 }
 
+// At exit, a step whose backward pass had no update after it is
+// unfinished: no verdict on its gradients. A C++ program (no optimizer
+// records) whose last update ran (ops with grad mode off) finished its
+// step, though no op began the next one.
+class CppProgramExitTest : public TracedMonitorTest {
+ protected:
+  // The unfinished steps of two iterations, the last one `updated` or not.
+  std::vector<int64_t> UnfinishedSteps(bool updated) {
+    Monitor& m = *monitor_;
+    FakeContext ctx;
+    const TensorFacts fine = Fp16(0, 0x4000);
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      IterationOp(m, ctx, Phase::kForward, fine);
+      IterationOp(m, ctx, Phase::kBackward, fine);
+      if (iteration == 0 || updated) {
+        OpEvent update;  // SGD's in-place update, under NoGradGuard
+        update.op = "aten::add_";
+        update.grad_enabled = false;
+        update.outputs = absl::MakeConstSpan(&fine, 1);
+        m.OnOp(update, ctx);
+      }
+    }
+    m.FlushStep();
+    auto t = CloseAndRead();
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? t->unfinished_steps : std::vector<int64_t>{-1};
+  }
+};
+
+TEST_F(CppProgramExitTest, ItsLastUpdateFinishesItsStep) {
+  EXPECT_EQ(UnfinishedSteps(/*updated=*/true), std::vector<int64_t>{});
+}
+
+TEST_F(CppProgramExitTest, StoppedAfterItsBackwardPassItsStepIsUnfinished) {
+  EXPECT_EQ(UnfinishedSteps(/*updated=*/false), std::vector<int64_t>{1});
+}
+
 // What the plugin answers for a GPU op that begins an iteration: whether
 // the last one's non-finite gradients are still held (here: yes, when asked).
 bool GradientsHeld() { return true; }
