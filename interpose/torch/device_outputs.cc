@@ -30,6 +30,11 @@ CudaLibrary& Library(Session& session) {
   return lib;
 }
 
+// What a GPU op that begins an iteration is judged by
+// (OpContext::NonFiniteGradientsHeld): inf/NaN still held anywhere but in
+// one value that is no parameter.
+bool GradientsStillHeld() { return NonFiniteStillHeld(/*counting_single_values=*/false); }
+
 bool IsCheckableOnDevice(const at::Tensor& t) {
   // A nested tensor has no sizes or strides to give the check kernel.
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_nested() &&
@@ -84,9 +89,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   if (traits.composite) {
     if (call.top_level) {
       session.monitor().NoteLateOp(call.phase, call.grad_enabled, call.takes_grad_input,
-                                   /*top_level=*/true, [] {
-                                     return NonFiniteStillHeld(/*counting_single_values=*/false);
-                                   });
+                                   /*top_level=*/true, GradientsStillHeld);
     }
     return true;
   }
@@ -117,8 +120,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->loss_scaling = TouchesLossScale(inputs, outputs);
   op->others_unchecked = OthersUnchecked(session);
   const Monitor::Position position = session.monitor().NoteLateOp(
-      call.phase, call.grad_enabled, call.takes_grad_input, call.top_level,
-      [] { return NonFiniteStillHeld(/*counting_single_values=*/false); });
+      call.phase, call.grad_enabled, call.takes_grad_input, call.top_level, GradientsStillHeld);
   op->step = position.step;
   op->renumberings = position.renumberings;
   op->phase = position.phase;
