@@ -515,6 +515,13 @@ namespace {
 
 using WeakStorageImpl = c10::weak_intrusive_ptr<c10::StorageImpl>;
 
+// A loss, a gradient norm, a found-inf flag: a verdict on gradients rather
+// than one of them (RegisteredStorage::single_value).
+bool IsOneValueNoParameter(const at::Tensor& t) {
+  return t.storage().nbytes() <= static_cast<size_t>(t.element_size()) &&
+         !(t.requires_grad() && t.is_leaf());
+}
+
 // What the registry keeps of a storage besides its state: a weak
 // reference (unknown: none) and whether it is one value that is no
 // parameter. Made only for non-finite results, under the registry's lock.
@@ -547,8 +554,7 @@ void Remember(const void* key, StorageState state, StorageIdentity identity) {
     if (t != nullptr && t->has_storage()) {
       entry.known = true;
       entry.storage = t->storage().getWeakStorageImpl();
-      entry.single_value = t->storage().nbytes() <= static_cast<size_t>(t->element_size()) &&
-                           !(t->requires_grad() && t->is_leaf());
+      entry.single_value = IsOneValueNoParameter(*t);
     } else if (identity.late != nullptr && identity.late->weak.impl() != nullptr) {
       // The storage may be gone by now (a temporary of the backward pass):
       // the reference says so, and the entry goes at the next look.
@@ -586,8 +592,7 @@ OutputStorage DescribeOutputStorage(const at::Tensor& t) {
   out.weak = WeakStorage(storage.getWeakStorageImpl().release(), [](void* impl) {
     WeakStorageImpl::reclaim(static_cast<c10::StorageImpl*>(impl));
   });
-  out.single_value = storage.nbytes() <= static_cast<size_t>(t.element_size()) &&
-                     !(t.requires_grad() && t.is_leaf());
+  out.single_value = IsOneValueNoParameter(t);
   return out;
 }
 
