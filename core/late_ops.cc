@@ -18,7 +18,7 @@ class LateContext final : public OpContext {
     for (const LateInput& in : op_.inputs) {
       InputFacts f;
       f.arg_index = in.arg_index;
-      f.dtype = in.dtype;
+      f.dtype = std::string(in.dtype);
       f.shape = !in.nested_shape.empty()
                     ? in.nested_shape
                     : absl::StrCat("[", absl::StrJoin(in.sizes, ", "), "]");

@@ -25,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "core/monitor.h"
 #include "core/weak_storage.h"
@@ -34,7 +35,7 @@ namespace nanhunt {
 // A floating-point input as known at enqueue.
 struct LateInput {
   int arg_index = 0;
-  std::string dtype;
+  absl::string_view dtype;  // torch's static name ("Half"), or "scalar"
   // Its sizes, formatted ("[4, 4]") only when its op is judged non-finite:
   // a foreach op's hundreds of inputs would otherwise cost a string each.
   absl::InlinedVector<int64_t, 6> sizes;

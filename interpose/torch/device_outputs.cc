@@ -135,20 +135,20 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     const double value = inputs[i].toDouble();
     const bool mask_constant = IsMaskConstant(call.name, value);
     if (std::isfinite(value) && !mask_constant) continue;
-    LateInput in;
+    LateInput& in = op->inputs.emplace_back();
     in.arg_index = static_cast<int>(i);
     in.dtype = "scalar";
     in.checked_on_host = true;
     in.counts = CountScalar(value);
     in.max_abs = std::isnan(value) ? 0 : std::fabs(value);
     in.holds_masks = mask_constant;
-    op->inputs.push_back(std::move(in));
   }
+  // Filled in place: every GPU op's inputs, on the training thread.
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !torch_compat::FormatOf(t.scalar_type())) return;
-    LateInput in;
+    LateInput& in = op->inputs.emplace_back();
     in.arg_index = index;
-    in.dtype = std::string(c10::toString(t.scalar_type()));
+    in.dtype = c10::toString(t.scalar_type());  // a static name
     if (t.is_nested()) {
       in.nested_shape = ShapeOf(t);
     } else {
@@ -170,7 +170,6 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
                          HoldsMasksNow(t, limits);
       }
     }
-    op->inputs.push_back(std::move(in));
   });
   op->kernels = DeviceKernelsSince(call.kernel_mark);
   if (op->phase == Phase::kForward && LateResults()->Wanted(op->op)) {
@@ -196,21 +195,22 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
     const auto format = t.defined() ? torch_compat::FormatOf(t.scalar_type()) : std::nullopt;
     if (!format) return;
-    TensorFacts facts;
-    absl::InlinedVector<int64_t, 6> sizes;
-    OutputStorage storage;
     if (IsCheckableOnDevice(t)) {
-      facts.format = *format;
-      sizes.assign(t.sizes().begin(), t.sizes().end());  // shape formatted later
-      storage = DescribeOutputStorage(t);
-      device_outputs.push_back({&t, static_cast<int>(op->outputs.size()), storage.key});
-    } else if (!CheckTensor(t, limits, facts)) {
+      // Filled in place, as the inputs are.
+      op->outputs.emplace_back().format = *format;
+      op->output_sizes.emplace_back().assign(t.sizes().begin(), t.sizes().end());  // formatted later
+      const OutputStorage& storage = op->output_storages.emplace_back(DescribeOutputStorage(t));
+      device_outputs.push_back({&t, static_cast<int>(op->outputs.size()) - 1, storage.key});
+      return;
+    }
+    TensorFacts facts;
+    if (!CheckTensor(t, limits, facts)) {
       CountIfUnreadable(t, OwnerOf(*op));
       return;
     }
     op->outputs.push_back(std::move(facts));
-    op->output_sizes.push_back(std::move(sizes));
-    op->output_storages.push_back(std::move(storage));
+    op->output_sizes.emplace_back();
+    op->output_storages.emplace_back();
   });
   if (!traits.collective) {
     // Written by this op now: no longer what a collective left there.
