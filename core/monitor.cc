@@ -114,6 +114,29 @@ int64_t Monitor::step() const {
   return steps_.step();
 }
 
+int64_t Monitor::next_step() const {
+  absl::MutexLock lock(&mu_);
+  return steps_.next_step();
+}
+
+void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input) {
+  absl::MutexLock lock(&mu_);
+  if (steps_.BeginStepAfterUpdate(phase, grad_enabled, takes_grad_input)) {
+    WriteStepBegunLocked(clock_());
+  }
+}
+
+void Monitor::WriteStepBegunLocked(double now) {
+  RenumberLocked();
+  if (update_ended_at_) {
+    WriteStepLocked(steps_.step() - 1, *update_ended_at_, /*ended=*/true);
+    update_ended_at_.reset();
+    step_end_pending_.store(false, std::memory_order_relaxed);
+  } else {
+    WriteStepLocked(steps_.step() - 1, now);
+  }
+}
+
 int64_t Monitor::findings() const {
   absl::MutexLock lock(&mu_);
   return findings_;
@@ -201,8 +224,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
       }
       if (e.top_op.empty() &&
           steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
-        RenumberLocked();
-        WriteStepLocked(steps_.step() - 1, now);
+        WriteStepBegunLocked(now);
       }
       e.phase = steps_.Refine(e.phase, e.grad_enabled, e.takes_grad_input);
     }
@@ -324,8 +346,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
                                       nonfinite_gradients_held, clock_());
   }
   if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
-    RenumberLocked();
-    WriteStepLocked(steps_.step() - 1, clock_());
+    WriteStepBegunLocked(clock_());
   }
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
   step_trained_ |= (takes_grad_input && grad_enabled) || refined == Phase::kBackward;
@@ -615,7 +636,16 @@ StepTracker::ScalerStep Monitor::OnScalerUpdateStep() {
   absl::MutexLock lock(&mu_);
   const StepTracker::ScalerStep s = steps_.OnScalerUpdate();
   RenumberLocked();
-  if (s.advanced) WriteStepLocked(s.step, clock_(), /*ended=*/true);
+  if (s.advanced) {
+    if (update_ended_at_) {
+      // No forward pass was seen since the last optimizer record ended its
+      // step: that step's row first.
+      WriteStepLocked(s.step - 1, *update_ended_at_, /*ended=*/true);
+      update_ended_at_.reset();
+      step_end_pending_.store(false, std::memory_order_relaxed);
+    }
+    WriteStepLocked(s.step, clock_(), /*ended=*/true);
+  }
   return s;
 }
 
@@ -712,12 +742,22 @@ bool Monitor::StepHasNonFinite() const {
 
 void Monitor::OnOptimizerStepEnd(bool nonfinite_held) {
   absl::MutexLock lock(&mu_);
-  if (!nonfinite_held && step_nonfinite_ops_ > 0 && writer_) {
+  if (!nonfinite_held && step_nonfinite_ops_ > 0 && writer_ && !dropped_reported_) {
+    dropped_reported_ = true;
     writer_->Add(EventRow{clock_(), kNonFiniteDropped,
                           absl::StrCat("step ", steps_.step(), ": ",
                                        kNonFiniteDroppedDetail)});
   }
-  WriteStepLocked(steps_.step(), clock_(), /*ended=*/true);
+  if (config_.mode == Mode::kSample) {
+    // A step an optimizer record (StepTracker::OnOptimizerStepEnd).
+    WriteStepLocked(steps_.step(), clock_(), /*ended=*/true);
+    steps_.OnOptimizerStepEnd(/*begin_next_now=*/true);
+    return;
+  }
+  // The step's row waits for the next forward pass: another optimizer record
+  // before it is this step's (StepTracker).
+  update_ended_at_ = clock_();
+  step_end_pending_.store(true, std::memory_order_relaxed);
   steps_.OnOptimizerStepEnd();
 }
 
@@ -797,6 +837,7 @@ void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
   step_max_abs_ = 0;
   step_bad_backward_op_.clear();
   step_bad_forward_op_.clear();
+  dropped_reported_ = false;
   step_started_ = now;
 }
 
@@ -804,6 +845,15 @@ void Monitor::FlushStep() {
   absl::MutexLock lock(&mu_);
   // At exit: what ran after the last step ended is only a step if it
   // trained (a run killed mid-step); its statistics are written either way.
+  if (update_ended_at_) {
+    // The last optimizer record ended the step; what ran after it (a last
+    // scaler update, a checkpoint's copies) is its tail.
+    WriteStepLocked(steps_.step(), *update_ended_at_, /*ended=*/true);
+    update_ended_at_.reset();
+    step_end_pending_.store(false, std::memory_order_relaxed);
+    WriteLateStepsLocked(std::numeric_limits<int64_t>::max());
+    return;
+  }
   if (!step_trained_) {
     call_index_ = 0;
   } else if (writer_ && call_index_ > 0 && !steps_.UpdatedAfterLastBackward()) {

@@ -268,6 +268,14 @@ class Monitor {
   bool StepHasNonFinite() const;
 
   int64_t step() const;
+  // An optimizer record ended the step and no forward op has begun the
+  // next: the caller tells the start of each top-level op, which may begin
+  // it (StepTracker::BeginStepAfterUpdate). One load, no lock.
+  bool step_end_pending() const { return step_end_pending_.load(std::memory_order_relaxed); }
+  void OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input);
+  // The step the next forward pass belongs to: past an optimizer record's
+  // end, the next one (sampling and the budget plan for it there).
+  int64_t next_step() const;
 
   // GradScaler updated its scale to `scale`; `skipped`: it found non-finite
   // gradients, so the optimizer step was skipped.
@@ -363,6 +371,9 @@ class Monitor {
   // The row is left out for a step with no checked op unless `ended` (an
   // optimizer step or a GradScaler skip ended it: in sample mode a step may
   // pass without any op checked, and is still a step).
+  // OnOp began a step: the last one's row, ended at its last optimizer
+  // record when one ended it.
+  void WriteStepBegunLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriteStepLocked(int64_t step, double now, bool ended = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When top-level op `e` begins an iteration after one that made
@@ -422,6 +433,13 @@ class Monitor {
   // distributed) the lookups on every op's tensors take no lock.
   std::atomic<bool> any_collective_{false};
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the last optimizer record of the step ended, while the next step
+  // waits for its first forward op; the step's end time.
+  std::optional<double> update_ended_at_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> step_end_pending_{false};  // update_ended_at_ is set
+  // kNonFiniteDropped was written for the open step (one an optimizer
+  // record: a step of several has its verdict at each).
+  bool dropped_reported_ ABSL_GUARDED_BY(mu_) = false;
   // The step ran forward ops on parameters or backward ops: training, not
   // the bookkeeping after the last step (logging, saving).
   bool step_trained_ ABSL_GUARDED_BY(mu_) = false;

@@ -5,6 +5,28 @@
 namespace nanhunt {
 
 bool StepTracker::OnOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
+  const bool began = BeginStepAfterUpdate(phase, grad_enabled, takes_grad_input);
+  return FollowOp(phase, grad_enabled, takes_grad_input) || began;
+}
+
+bool StepTracker::BeginStepAfterUpdate(Phase phase, bool grad_enabled,
+                                       bool takes_grad_input) {
+  // As the fallback tells a forward pass: an op on a tensor that requires
+  // grad, with grad mode on, or reading parameters without (an evaluation,
+  // torch.compile's graph). Backward ops (an optimizer stepped in a
+  // gradient hook), the update's own ops and those on gradients or data
+  // (GradScaler unscaling for the next optimizer, the next batch's
+  // preparation) are still the step that ended.
+  if (!step_ended_ || phase != Phase::kForward || !takes_grad_input ||
+      !(grad_enabled || update_ended_)) {
+    return false;
+  }
+  step_ended_ = false;
+  ++step_;
+  return true;
+}
+
+bool StepTracker::FollowOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
   if (phase == Phase::kBackward) {
     saw_backward_ = true;
     post_backward_ = true;
@@ -95,10 +117,15 @@ StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
   fallback_advanced_ = false;
   if (optimizer_since_update_) {
     optimizer_since_update_ = false;
-    return {step_ - 1, false};
+    return {step_ended_ ? step_ : step_ - 1, false};
   }
   // The optimizer was skipped (non-finite gradients): the update ends the
-  // iteration.
+  // iteration, after the step an optimizer record ended, if no forward pass
+  // began one since.
+  if (step_ended_) {
+    step_ended_ = false;
+    ++step_;
+  }
   seen_update_ = true;
   saw_backward_ = false;
   post_backward_ = false;
@@ -132,7 +159,7 @@ void StepTracker::OnGradientsKept() {
   if (!updated_since_backward_) saw_backward_ = false;
 }
 
-bool StepTracker::OnOptimizerStepEnd() {
+void StepTracker::OnOptimizerStepEnd(bool begin_next_now) {
   optimizer_since_update_ = true;
   in_optimizer_ = false;
   update_ended_ = true;
@@ -140,8 +167,12 @@ bool StepTracker::OnOptimizerStepEnd() {
   tentative_ = 0;
   saw_backward_ = false;
   fallback_advanced_ = false;
-  ++step_;
-  return true;
+  if (begin_next_now) {
+    step_ended_ = false;
+    ++step_;
+  } else {
+    step_ended_ = true;
+  }
 }
 
 }  // namespace nanhunt

@@ -1,7 +1,16 @@
 // Decides which training step an op belongs to, and refines its phase.
 //
 // torch.optim wraps each step in a USER_SCOPE record ("Optimizer.step#..."):
-// when the process shows one, a step ends with it. A process that never does
+// when the process shows one, a step ends with it, and the next begins at
+// the next forward pass's first op (one on a tensor that requires grad, as
+// for the fallback below). Optimizer records with no forward pass between them
+// are one step: several optimizers stepped together (dense and sparse
+// parameters, one optimizer per module) and an optimizer per parameter
+// stepped inside the backward pass (post-accumulate-grad hooks) count one
+// step an iteration, as the program's own loop does. A GAN's discriminator
+// and generator updates, each after its own forward pass, are two steps.
+// The ops between an optimizer record and the next forward pass (zero_grad,
+// GradScaler's update, the next batch's preparation) are the step's tail. A process that never does
 // (a C++ LibTorch program, a hand-written update) gets a fallback: the first
 // forward op after backward ops that runs with grad mode on and takes a
 // tensor that requires grad (a parameter: the next forward pass, not a
@@ -49,8 +58,22 @@ class StepTracker {
   // An optimizer step record began. Returns true when the step number
   // changed (the fallback's advance was undone).
   bool OnOptimizerStepBegin();
-  // An optimizer step record ended: the step is over. Returns true.
-  bool OnOptimizerStepEnd();
+  // An optimizer step record ended: the step is over, and the next begins
+  // at the next forward pass (OnOp returns true there), unless another
+  // optimizer record comes first, which belongs to this step. With
+  // `begin_next_now` the next step begins here instead: sample mode, whose
+  // unsampled ops cannot show where the next forward pass begins, counts a
+  // step an optimizer record.
+  void OnOptimizerStepEnd(bool begin_next_now = false);
+  // A top-level op starts: when an optimizer record ended the step and
+  // this is a forward op, it begins the next one (returns true), so that
+  // its nested ops, which end before it, belong there too. OnOp does the
+  // same for an op whose start was not shown.
+  bool BeginStepAfterUpdate(Phase phase, bool grad_enabled, bool takes_grad_input);
+  // An optimizer record ended the step, and no forward op has begun the next.
+  bool step_ended() const { return step_ended_; }
+  // The step the next forward pass belongs to.
+  int64_t next_step() const { return step_ended_ ? step_ + 1 : step_; }
 
   // GradScaler updated its scale (`_amp_update_scale_`), which ends an
   // iteration whether or not the optimizer ran: a skipped step has no
@@ -95,6 +118,8 @@ class StepTracker {
   std::optional<Renumbering> TakeRenumbering();
 
  private:
+  // OnOp's part after BeginStepAfterUpdate.
+  bool FollowOp(Phase phase, bool grad_enabled, bool takes_grad_input);
   // Undoes the last `count` advances; returns the step they return to.
   int64_t Undo(int64_t count);
   // Undoes the tentative advances; returns the step they return to.
@@ -113,6 +138,7 @@ class StepTracker {
   bool in_optimizer_ = false;  // between an optimizer record's begin and end
   bool optimizer_since_update_ = false;  // an optimizer step ended since the
                                          // last scaler update
+  bool step_ended_ = false;  // by an optimizer record; no forward op since
 };
 
 }  // namespace nanhunt

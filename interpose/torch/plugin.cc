@@ -475,11 +475,15 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
   return storages;
 }
 
-bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
+bool AnyRequiresGrad(c10::ArrayRef<const c10::IValue> inputs) {
   for (const c10::IValue& v : inputs) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
   }
   return false;
+}
+
+bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
+  return AnyRequiresGrad(c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
 }
 
 // Most ops of a step are views and allocations, whose end has nothing to
@@ -737,6 +741,18 @@ void SettleDeferred(ThreadState& ts, int index) {
   frame.deferred.clear();
 }
 
+// An optimizer record ended the step: a top-level forward op begins the
+// next one at its start, so that its nested ops (which end before it, an
+// addmm in the first layer's linear) are the new step's too.
+void BeginStepAtTopLevelOp(const at::RecordFunction& fn, const ThreadState& ts) {
+  for (size_t i = 0; i + 1 < ts.depth; ++i) {
+    if (ts.frames[i].kind == FrameKind::kOp) return;
+  }
+  const bool grad_enabled = c10::GradMode::is_enabled();
+  Session::Get()->monitor().OnTopLevelOpStart(CurrentPhase(ts, grad_enabled), grad_enabled,
+                                              AnyRequiresGrad(fn.inputs()));
+}
+
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   if (!MonitoringActive() || g_failed.load(std::memory_order_relaxed)) {
     return nullptr;
@@ -791,6 +807,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           f.kind = FrameKind::kOther;
           break;
         }
+        if (Session::Get()->monitor().step_end_pending()) BeginStepAtTopLevelOp(fn, ts);
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
           ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
         }

@@ -101,7 +101,7 @@ void SpendBudget(Session& session) {
 void UpdateObservation(Session& session) {
   Sampler* sampler = session.sampler();
   if (sampler == nullptr) return;
-  const int64_t step = session.monitor().step();
+  const int64_t step = session.monitor().next_step();
   const bool every = sampler->FullStep(step) || NeedsEveryOp(session);
   ObserveEveryOp(every);
   if (every) return;

@@ -171,6 +171,14 @@ def test_an_overflow_in_an_optimizer_closure_is_in_the_forward_pass(out, tmp_pat
     assert j["program_skipped_steps"] == []
 
 
+def assert_four_steps_of_the_same_ops(out):
+    [trace] = out.glob("*.sqlite")
+    steps = sqlite3.connect(trace).execute(
+        "SELECT step, SUM(ops) FROM steps GROUP BY step ORDER BY step").fetchall()
+    assert [s for s, _ in steps] == [0, 1, 2, 3]
+    assert len({ops for _, ops in steps}) == 1, steps
+
+
 @pytest.mark.parametrize("overflow_step", [0, 2])
 def test_an_overflow_in_a_later_micro_batch_is_in_its_optimizer_step(out, tmp_path,
                                                                      overflow_step):
@@ -197,9 +205,81 @@ def test_an_overflow_in_a_later_micro_batch_is_in_its_optimizer_step(out, tmp_pa
     assert (first["op"], first["phase"], first["step"]) == \
         ("aten::mm", "forward", overflow_step), first
     assert j["steps"] == 4
-    [trace] = out.glob("*.sqlite")
-    steps = sqlite3.connect(trace).execute(
-        "SELECT step, SUM(ops) FROM steps GROUP BY step ORDER BY step").fetchall()
-    assert [s for s, _ in steps] == [0, 1, 2, 3]
     # Each step holds its four micro-batches: the same ops every step.
-    assert len({ops for _, ops in steps}) == 1, steps
+    assert_four_steps_of_the_same_ops(out)
+
+
+OPTIMIZER_LAYOUTS = {
+    # Dense and sparse parameters with an optimizer each, stepped together.
+    "two optimizers": (
+        "opts = [torch.optim.SGD([w1], lr=1e-3), torch.optim.Adam([w2], lr=1e-3)]\n",
+        "    for opt in opts:\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"),
+    # An optimizer per parameter, stepped in the backward pass as each
+    # gradient is ready (torch's "optimizer step in backward" recipe).
+    "optimizer in backward": (
+        "opts = {p: torch.optim.SGD([p], lr=1e-3) for p in (w1, w2)}\n"
+        "def step_now(p):\n"
+        "    opts[p].step()\n"
+        "    opts[p].zero_grad()\n"
+        "for p in opts:\n"
+        "    p.register_post_accumulate_grad_hook(step_now)\n",
+        ""),
+}
+
+
+@pytest.mark.parametrize("layout", OPTIMIZER_LAYOUTS)
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_several_optimizer_steps_in_an_iteration_are_one_step(out, tmp_path, layout, phase):
+    # The program's own loop counts iterations: an overflow in its third is
+    # at step 2 however many optimizer records each iteration makes.
+    setup, update = OPTIMIZER_LAYOUTS[layout]
+    preload_script(
+        tmp_path / "several_optimizers.py",
+        "import torch\n"
+        "w1 = torch.nn.Parameter(torch.full((16, 16), 0.1))\n"
+        "w2 = torch.nn.Parameter(torch.full((16, 16), 0.1))\n"
+        + setup +
+        "for step in range(4):\n"
+        "    big = step == 2\n"
+        f"    x = torch.full((8, 16), 50000.0 if big and {phase == 'forward'} else 1.0)\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        y = (x @ w1) @ w2\n"
+        f"    scale = 1e6 if big and {phase == 'backward'} else 1.0\n"
+        "    (y.float().sum() * scale).backward()\n"
+        + update, out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["phase"], first["step"]) == (phase, 2), first
+    assert j["steps"] == 4
+    # Every iteration runs the same ops, whichever step the update's tail
+    # and the backward ops between optimizer records would have fallen in.
+    assert_four_steps_of_the_same_ops(out)
+
+
+def test_a_gans_two_updates_are_two_steps_each_after_its_forward_pass(out, tmp_path):
+    # Discriminator, then generator, each after its own forward pass: two
+    # steps an iteration; the generator's overflow in iteration 1 is step 3.
+    preload_script(
+        tmp_path / "gan.py",
+        "import torch\n"
+        "g = torch.nn.Linear(8, 8)\n"
+        "d = torch.nn.Linear(8, 1)\n"
+        "opt_g = torch.optim.Adam(g.parameters(), lr=1e-4)\n"
+        "opt_d = torch.optim.Adam(d.parameters(), lr=1e-4)\n"
+        "for iteration in range(3):\n"
+        "    noise = torch.randn(4, 8)\n"
+        "    d(g(noise).detach()).mean().backward()\n"
+        "    opt_d.step()\n"
+        "    opt_d.zero_grad()\n"
+        "    noise = noise * (1e5 if iteration == 1 else 1.0)\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        fake = g(noise)\n"
+        "    d(fake.float()).mean().backward()\n"
+        "    opt_g.step()\n"
+        "    opt_g.zero_grad()\n", out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["phase"], first["step"]) == ("forward", 3), first
+    assert j["steps"] == 6

@@ -94,11 +94,12 @@ class MonitorTest : public ::testing::Test {
  protected:
   Verdict Op(const char* op, const TensorFacts& out, FakeContext& ctx,
              const char* top = "", bool contains = false,
-             Phase phase = Phase::kForward) {
+             Phase phase = Phase::kForward, bool takes_grad_input = false) {
     OpEvent e;
     e.op = op;
     e.top_op = top;
     e.phase = phase;
+    e.takes_grad_input = takes_grad_input;
     e.outputs = absl::MakeConstSpan(&out, 1);
     e.contains_finding = contains;
     return monitor_.OnOp(e, ctx);
@@ -485,9 +486,10 @@ TEST_F(MonitorTest, StepsAdvanceWithOptimizerRecords) {
   Op("aten::mm", Fp16(0), ctx);
   monitor_.OnOptimizerStepBegin();
   monitor_.OnOptimizerStepEnd();
-  EXPECT_EQ(monitor_.step(), 1);
+  EXPECT_EQ(monitor_.step(), 0) << "until the next forward pass";
+  EXPECT_EQ(monitor_.next_step(), 1);
   ctx.inputs = {Input(false, false)};
-  Op("aten::mm", Fp16(1), ctx);
+  Op("aten::mm", Fp16(1), ctx, "", false, Phase::kForward, /*takes_grad_input=*/true);
   EXPECT_EQ(monitor_.first_origin()->step, 1);
 }
 
@@ -555,7 +557,7 @@ TEST_F(MonitorTest, SkippedStepNamesTheFirstBackwardOpOfThatStep) {
   monitor_.OnOptimizerStepBegin();
   monitor_.OnOptimizerStepEnd();
   // Step 1: a forward warning, then two backward ops go non-finite.
-  Op("aten::bmm", Fp16(0, 0x7000), ctx);
+  Op("aten::bmm", Fp16(0, 0x7000), ctx, "", false, Phase::kForward, /*takes_grad_input=*/true);
   OpEvent e;
   TensorFacts out = Fp16(2);
   e.op = "aten::copy_";  // a helper inside the op the node called
@@ -572,6 +574,7 @@ TEST_F(MonitorTest, SkippedStepNamesTheFirstBackwardOpOfThatStep) {
   monitor_.OnOptimizerStepEnd();
   EXPECT_EQ(monitor_.skipped_steps(), 1);
   // Step 2 starts clean: a skip without a checked culprit says so.
+  Op("aten::addmm", Fp16(0), ctx, "", false, Phase::kForward, /*takes_grad_input=*/true);
   monitor_.OnOptimizerStepBegin();
   EXPECT_EQ(monitor_.OnStepSkipped(),
             "skipped the optimizer step at step 2: non-finite gradients "
@@ -612,7 +615,7 @@ TEST_F(TracedMonitorTest, ScalerUpdateInTwoPartsRecordsTheStepItRanIn) {
   m.OnOptimizerStepEnd();
   const StepTracker::ScalerStep ran = m.OnScalerUpdateStep();
   EXPECT_FALSE(ran.advanced);
-  EXPECT_EQ(m.step(), 1);
+  EXPECT_EQ(m.next_step(), 1);
   // Step 1: GradScaler skipped the optimizer; the update ends the iteration.
   const StepTracker::ScalerStep skipped = m.OnScalerUpdateStep();
   EXPECT_TRUE(skipped.advanced);
@@ -642,8 +645,10 @@ TEST_F(TracedMonitorTest, AStepWhoseInfNanWereFreedByItsEndIsRecordedAsDropped) 
   OpEvent e;
   e.op = "aten::_softmax";
   e.phase = Phase::kForward;
+  e.takes_grad_input = true;  // each begins its step
+  int64_t step = 0;
   for (const bool held : {false, true, false}) {  // steps 0, 1, 2 (finite)
-    e.outputs = absl::MakeConstSpan(m.step() == 2 ? &fine : &overflowed, 1);
+    e.outputs = absl::MakeConstSpan(step++ == 2 ? &fine : &overflowed, 1);
     m.OnOp(e, ctx);
     m.OnOptimizerStepBegin();
     m.OnOptimizerStepEnd(/*nonfinite_held=*/held);
@@ -651,6 +656,47 @@ TEST_F(TracedMonitorTest, AStepWhoseInfNanWereFreedByItsEndIsRecordedAsDropped) 
   auto t = CloseAndRead();
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->dropped_steps, std::vector<int64_t>{0});
+}
+
+// Two optimizers stepped one after the other (dense and sparse
+// parameters), GradScaler unscaling the second's gradients between them:
+// one step an iteration, its row written when the next forward pass
+// begins, ended at the last optimizer record. Sample mode, which cannot
+// see where a forward pass begins, ends a step at each record.
+TEST_F(TracedMonitorTest, OptimizersSteppedTogetherAreOneStep) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  const TensorFacts fine = Fp16(0, 0x4000);
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    IterationOp(m, ctx, Phase::kForward, fine);
+    EXPECT_EQ(m.step(), iteration);
+    IterationOp(m, ctx, Phase::kBackward, fine);
+    for (int optimizer = 0; optimizer < 2; ++optimizer) {
+      OpEvent unscale;
+      unscale.op = "aten::_amp_foreach_non_finite_check_and_unscale_";
+      unscale.outputs = absl::MakeConstSpan(&fine, 1);
+      m.OnOp(unscale, ctx);
+      m.OnOptimizerStepBegin();
+      m.OnOptimizerStepEnd();
+    }
+  }
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->steps.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(t->steps[i].step, i);
+    EXPECT_EQ(t->steps[i].ops, 4) << "forward, backward and both unscales";
+  }
+
+  config_.mode = Mode::kSample;
+  Monitor sampled(config_, nullptr, [] { return 1.0; });
+  for (int optimizer = 0; optimizer < 2; ++optimizer) {
+    sampled.OnOptimizerStepBegin();
+    sampled.OnOptimizerStepEnd();
+  }
+  EXPECT_EQ(sampled.step(), 2);
 }
 
 // An iteration whose program threw its non-finite gradients away and went
@@ -679,6 +725,7 @@ TEST_F(TracedMonitorTest, AnUpdateTheProgramSkippedIsAStepOfItsOwn) {
   op(Phase::kBackward, fine);
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
+  m.FlushStep();
   auto t = CloseAndRead();
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->program_skipped_steps, std::vector<int64_t>{1});
@@ -807,10 +854,10 @@ TEST_F(TracedMonitorTest, GpuResultsArrivingAfterTheirStepEndedCountInThatStep) 
   ASSERT_EQ(enqueued.step, 0);
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
-  ASSERT_EQ(m.step(), 1);
+  ASSERT_EQ(m.next_step(), 1);
   // Step 1 runs a GPU op of its own, then step 0's result arrives: inf
   // from finite inputs, an origin of step 0.
-  ASSERT_EQ(m.NoteLateOp(Phase::kForward, true, false, true, GradientsHeld).step, 1);
+  ASSERT_EQ(m.NoteLateOp(Phase::kForward, true, true, true, GradientsHeld).step, 1);
   const TensorFacts overflowed = Fp16(/*posinf=*/3);
   OpEvent late;
   late.op = "aten::mm";
@@ -886,7 +933,7 @@ TEST_F(TracedMonitorTest, GpuResultsOfUndoneStepsCountInTheStepTheyJoined) {
   ASSERT_EQ(third.step, 2) << "a tentative number";
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
-  ASSERT_EQ(m.step(), 1);
+  ASSERT_EQ(m.next_step(), 1);
   const Monitor::Position next = m.NoteLateOp(Phase::kForward, true, true, true, GradientsHeld);
   ASSERT_EQ(next.step, 1);
   EXPECT_EQ(m.OnOp(result("aten::mm", third, overflowed), ctx), Verdict::kOrigin);
@@ -948,6 +995,9 @@ TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) 
   EXPECT_EQ(m.findings(), 0);
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
+  // Step 1 begins at its first top-level forward op's start (the baddbmm
+  // the nested ops below run in).
+  m.OnTopLevelOpStart(Phase::kForward, true, true);
   // Step 1: the non-finite values outlive the enclosing op, no mask.
   std::optional<Deferral> stands;
   EXPECT_EQ(nested("aten::addmm_", Fp16(/*posinf=*/3), &stands), Verdict::kDeferred);
@@ -956,6 +1006,7 @@ TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) 
   EXPECT_EQ(nested("aten::addmm_", Fp16(/*posinf=*/3), nullptr), Verdict::kPropagated);
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
+  m.FlushStep();
   EXPECT_EQ(m.mask_ops(), std::vector<std::string>{"aten::addmm_"});
   EXPECT_FALSE(m.first_origin().has_value());
   auto t = CloseAndRead();

@@ -17,6 +17,11 @@ TEST(StepTracker, OptimizerRecordsEndSteps) {
   t.OnOptimizerStepBegin();
   EXPECT_EQ(t.step(), 0);
   t.OnOptimizerStepEnd();
+  EXPECT_EQ(t.step(), 0) << "what runs before the next forward op is the step's tail";
+  EXPECT_EQ(t.next_step(), 1);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, false, false)) << "GradScaler's update";
+  EXPECT_EQ(t.step(), 0);
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true)) << "the next forward op begins step 1";
   EXPECT_EQ(t.step(), 1);
   EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));
   EXPECT_EQ(t.step(), 1);
@@ -42,7 +47,7 @@ TEST(StepTracker, GradientClippingBeforeTheFirstOptimizerStepStaysInStepZero) {
   EXPECT_TRUE(t.OnOptimizerStepBegin());  // ...and the optimizer undoes it
   EXPECT_EQ(t.step(), 0);
   t.OnOptimizerStepEnd();
-  EXPECT_EQ(t.step(), 1);
+  EXPECT_EQ(t.next_step(), 1);
   t.OnOp(Phase::kForward, true, true);
   t.OnOp(Phase::kBackward, true, true);
   EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));  // optimizer mode: no fallback
@@ -75,7 +80,7 @@ TEST(StepTracker, GradScalerUpdateEndsSkippedStepsToo) {
   s = t.OnScalerUpdate();
   EXPECT_EQ(s.step, 1);
   EXPECT_FALSE(s.advanced);
-  EXPECT_EQ(t.step(), 2);
+  EXPECT_EQ(t.next_step(), 2);
 }
 
 TEST(StepTracker, AnUpdateTheProgramSkippedEndsItsStep) {
@@ -99,7 +104,7 @@ TEST(StepTracker, AnUpdateTheProgramSkippedEndsItsStep) {
   t.OnOp(Phase::kBackward, true, true);
   t.OnOptimizerStepBegin();
   t.OnOptimizerStepEnd();
-  EXPECT_EQ(t.step(), 3);
+  EXPECT_EQ(t.next_step(), 3);
 }
 
 TEST(StepTracker, AClosuresPassesInsideTheOptimizerStepAreNoNewIteration) {
@@ -111,7 +116,7 @@ TEST(StepTracker, AClosuresPassesInsideTheOptimizerStepAreNoNewIteration) {
   t.OnOp(Phase::kForward, true, true);
   t.OnOp(Phase::kBackward, true, true);
   t.OnOptimizerStepEnd();
-  EXPECT_EQ(t.step(), 1);
+  EXPECT_EQ(t.next_step(), 1);
 }
 
 TEST(StepTracker, SkippedUpdatesBeforeAnyOptimizerStepAreNotUndone) {
@@ -126,7 +131,7 @@ TEST(StepTracker, SkippedUpdatesBeforeAnyOptimizerStepAreNotUndone) {
   t.OnOp(Phase::kBackward, true, true);
   EXPECT_FALSE(t.OnOptimizerStepBegin()) << "the skip's advance stands";
   t.OnOptimizerStepEnd();
-  EXPECT_EQ(t.step(), 2);
+  EXPECT_EQ(t.next_step(), 2);
 }
 
 TEST(StepTracker, KeptGradientsOfAMicroBatchBeginNoStep) {
@@ -159,7 +164,7 @@ TEST(StepTracker, MicroBatchesBeforeTheFirstOptimizerStepAreOneStep) {
   EXPECT_TRUE(t.OnOptimizerStepBegin());
   EXPECT_EQ(t.step(), 0);
   t.OnOptimizerStepEnd();
-  EXPECT_EQ(t.step(), 1);
+  EXPECT_EQ(t.next_step(), 1);
 }
 
 TEST(StepTracker, MicroBatchesOfAProgramWithoutOptimizerRecordsAreOneStep) {
@@ -257,15 +262,85 @@ TEST(StepTracker, NoGradForwardPassesAfterTheOptimizerStepAreForward) {
   // before the top-level op that reads the parameters: told by it.
   EXPECT_EQ(t.Refine(Phase::kForward, false, true), Phase::kForward);
   // torch.compile's graph (or an evaluation) reads the parameters with
-  // grad mode off: a forward pass, and no new step (the optimizer's
-  // records count them).
-  EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
+  // grad mode off: a forward pass, which begins the step the optimizer's
+  // record ended.
+  EXPECT_TRUE(t.OnOp(Phase::kForward, false, true));
   EXPECT_EQ(t.Refine(Phase::kForward, false, false), Phase::kForward);
   EXPECT_EQ(t.step(), 1);
   // Its backward, then clipping before the next optimizer step: the update.
   t.OnOp(Phase::kBackward, true, true);
   EXPECT_FALSE(t.OnOp(Phase::kForward, false, true));
   EXPECT_EQ(t.Refine(Phase::kForward, false, true), Phase::kOptimizer);
+}
+
+TEST(StepTracker, OptimizersSteppedTogetherAreOneStep) {
+  // Dense and sparse parameters with an optimizer each, stepped one after
+  // the other, zero_grad between: one step an iteration.
+  StepTracker t;
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    t.OnOp(Phase::kForward, true, true);
+    EXPECT_EQ(t.step(), iteration);
+    t.OnOp(Phase::kBackward, true, true);
+    for (int optimizer = 0; optimizer < 2; ++optimizer) {
+      EXPECT_FALSE(t.OnOptimizerStepBegin());
+      EXPECT_EQ(t.step(), iteration);
+      t.OnOp(Phase::kForward, false, false);  // its update's ops
+      t.OnOptimizerStepEnd();
+      EXPECT_EQ(t.step(), iteration);
+      EXPECT_FALSE(t.OnOp(Phase::kForward, true, false)) << "zero_grad(set_to_none=False)";
+    }
+  }
+  EXPECT_EQ(t.next_step(), 3);
+}
+
+TEST(StepTracker, AnOptimizerPerParameterSteppedInBackwardIsOneStep) {
+  // Post-accumulate-grad hooks step each parameter's optimizer as its
+  // gradient is ready: optimizer records between backward ops.
+  StepTracker t;
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    EXPECT_EQ(t.OnOp(Phase::kForward, true, true), iteration > 0);
+    EXPECT_EQ(t.step(), iteration);
+    for (int parameter = 0; parameter < 4; ++parameter) {
+      EXPECT_FALSE(t.OnOp(Phase::kBackward, true, true));
+      EXPECT_EQ(t.Refine(Phase::kBackward, true, true), Phase::kBackward);
+      t.OnOptimizerStepBegin();
+      t.OnOptimizerStepEnd();
+      EXPECT_EQ(t.step(), iteration);
+    }
+  }
+  EXPECT_EQ(t.next_step(), 3);
+}
+
+TEST(StepTracker, AGansTwoUpdatesAreTwoStepsEachAfterItsForwardPass) {
+  StepTracker t;
+  for (int update = 0; update < 4; ++update) {  // discriminator, generator, ...
+    t.OnOp(Phase::kForward, true, false);  // the noise: no parameter yet
+    t.OnOp(Phase::kForward, true, true);
+    EXPECT_EQ(t.step(), update);
+    t.OnOp(Phase::kBackward, true, true);
+    t.OnOptimizerStepBegin();
+    t.OnOptimizerStepEnd();
+  }
+  EXPECT_EQ(t.next_step(), 4);
+}
+
+TEST(StepTracker, TheStartOfTheNextForwardOpBeginsTheStep) {
+  // Told at its start, so that its nested ops, which end first, are in the
+  // new step; its end, told to OnOp, begins nothing more.
+  StepTracker t;
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  EXPECT_FALSE(t.BeginStepAfterUpdate(Phase::kBackward, true, true));
+  EXPECT_FALSE(t.BeginStepAfterUpdate(Phase::kForward, false, false)) << "the update's tail";
+  EXPECT_TRUE(t.step_ended());
+  EXPECT_FALSE(t.BeginStepAfterUpdate(Phase::kForward, true, false)) << "data for the next batch";
+  EXPECT_TRUE(t.BeginStepAfterUpdate(Phase::kForward, true, true)) << "the first layer";
+  EXPECT_FALSE(t.step_ended());
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));
+  EXPECT_EQ(t.step(), 1);
 }
 
 }  // namespace
