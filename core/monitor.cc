@@ -119,11 +119,16 @@ int64_t Monitor::next_step() const {
   return steps_.next_step();
 }
 
-void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input) {
+void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input,
+                                absl::FunctionRef<bool()> nonfinite_gradients_held) {
   absl::MutexLock lock(&mu_);
-  if (steps_.BeginStepAfterUpdate(phase, grad_enabled, takes_grad_input)) {
-    WriteStepBegunLocked(clock_());
-  }
+  // The same judgement and step as at its end (RecordOp, NoteLateOp), which
+  // then finds nothing left to do.
+  const double now = clock_();
+  JudgeIterationWithoutUpdateLocked(phase, grad_enabled, takes_grad_input,
+                                    nonfinite_gradients_held, now);
+  if (steps_.OnOp(phase, grad_enabled, takes_grad_input)) WriteStepBegunLocked(now);
+  StepStateChangedLocked();
 }
 
 void Monitor::WriteStepBegunLocked(double now) {
@@ -131,7 +136,6 @@ void Monitor::WriteStepBegunLocked(double now) {
   if (update_ended_at_) {
     WriteStepLocked(steps_.step() - 1, *update_ended_at_, /*ended=*/true);
     update_ended_at_.reset();
-    step_end_pending_.store(false, std::memory_order_relaxed);
   } else {
     WriteStepLocked(steps_.step() - 1, now);
   }
@@ -245,6 +249,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
       step_bad_backward_op_ = std::string(e.top_op.empty() ? e.op : e.top_op);
       step_bad_forward_op_ = std::string(e.forward_op);
     }
+    StepStateChangedLocked();
     OpState& state = ops_[e.op];
     const int p = static_cast<int>(e.phase);
     if (!nonfinite && total.near_max > 0) {
@@ -348,6 +353,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
   if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
     WriteStepBegunLocked(clock_());
   }
+  StepStateChangedLocked();
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
   step_trained_ |= (takes_grad_input && grad_enabled) || refined == Phase::kBackward;
   return Position{steps_.step(), refined, static_cast<int64_t>(renumberings_.size())};
@@ -602,6 +608,7 @@ void Monitor::OnOptimizerStepBegin() {
   absl::MutexLock lock(&mu_);
   steps_.OnOptimizerStepBegin();
   RenumberLocked();
+  StepStateChangedLocked();
 }
 
 void Monitor::RenumberLocked() {
@@ -642,10 +649,10 @@ StepTracker::ScalerStep Monitor::OnScalerUpdateStep() {
       // step: that step's row first.
       WriteStepLocked(s.step - 1, *update_ended_at_, /*ended=*/true);
       update_ended_at_.reset();
-      step_end_pending_.store(false, std::memory_order_relaxed);
     }
     WriteStepLocked(s.step, clock_(), /*ended=*/true);
   }
+  StepStateChangedLocked();
   return s;
 }
 
@@ -752,13 +759,14 @@ void Monitor::OnOptimizerStepEnd(bool nonfinite_held) {
     // A step an optimizer record (StepTracker::OnOptimizerStepEnd).
     WriteStepLocked(steps_.step(), clock_(), /*ended=*/true);
     steps_.OnOptimizerStepEnd(/*begin_next_now=*/true);
+    StepStateChangedLocked();
     return;
   }
   // The step's row waits for the next forward pass: another optimizer record
   // before it is this step's (StepTracker).
   update_ended_at_ = clock_();
-  step_end_pending_.store(true, std::memory_order_relaxed);
   steps_.OnOptimizerStepEnd();
+  StepStateChangedLocked();
 }
 
 template <class Ops>
@@ -850,7 +858,6 @@ void Monitor::FlushStep() {
     // scaler update, a checkpoint's copies) is its tail.
     WriteStepLocked(steps_.step(), *update_ended_at_, /*ended=*/true);
     update_ended_at_.reset();
-    step_end_pending_.store(false, std::memory_order_relaxed);
     WriteLateStepsLocked(std::numeric_limits<int64_t>::max());
     return;
   }

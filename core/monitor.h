@@ -268,11 +268,14 @@ class Monitor {
   bool StepHasNonFinite() const;
 
   int64_t step() const;
-  // An optimizer record ended the step and no forward op has begun the
-  // next: the caller tells the start of each top-level op, which may begin
-  // it (StepTracker::BeginStepAfterUpdate). One load, no lock.
-  bool step_end_pending() const { return step_end_pending_.load(std::memory_order_relaxed); }
-  void OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input);
+  // A top-level op may begin a step (StepTracker::step_may_begin): the
+  // caller then tells the start of each top-level forward op on a tensor
+  // that requires grad, which judges and begins it there, as OnOp would at
+  // its end, so that the ops inside it (which end first: the addmm in the
+  // first layer's linear) are in the step it begins. One load, no lock.
+  bool step_may_begin() const { return step_may_begin_.load(std::memory_order_relaxed); }
+  void OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input,
+                         absl::FunctionRef<bool()> nonfinite_gradients_held);
   // The step the next forward pass belongs to: past an optimizer record's
   // end, the next one (sampling and the budget plan for it there).
   int64_t next_step() const;
@@ -361,6 +364,20 @@ class Monitor {
   template <class Ops>
   void WriteOpStatsLocked(int64_t step, Ops& ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // After any call that may change steps_ or step_bad_backward_op_: keeps
+  // step_may_begin_. An iteration without an optimizer step is judged at a
+  // forward op only when its backward pass made inf/NaN, so only then
+  // (and where a step waits to begin) do the op starts take the lock.
+  void StepStateChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    step_may_begin_.store(steps_.step_may_begin() ||
+                              (!step_bad_backward_op_.empty() &&
+                               steps_.AtIterationWithoutUpdate(Phase::kForward, true, true)),
+                          std::memory_order_relaxed);
+  }
+  // OnOp began a step: the last one's row, ended at its last optimizer
+  // record when one ended it.
+  void WriteStepBegunLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Has the trace renumber the rows of steps the tracker just undid.
   void RenumberLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A late result's step, `step` when it was enqueued after `renumberings`
@@ -371,9 +388,6 @@ class Monitor {
   // The row is left out for a step with no checked op unless `ended` (an
   // optimizer step or a GradScaler skip ended it: in sample mode a step may
   // pass without any op checked, and is still a step).
-  // OnOp began a step: the last one's row, ended at its last optimizer
-  // record when one ended it.
-  void WriteStepBegunLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriteStepLocked(int64_t step, double now, bool ended = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When top-level op `e` begins an iteration after one that made
@@ -436,7 +450,8 @@ class Monitor {
   // When the last optimizer record of the step ended, while the next step
   // waits for its first forward op; the step's end time.
   std::optional<double> update_ended_at_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> step_end_pending_{false};  // update_ended_at_ is set
+  std::atomic<bool> step_may_begin_{false};  // steps_.step_may_begin(), kept by
+                                             // StepStateChangedLocked
   // kNonFiniteDropped was written for the open step (one an optimizer
   // record: a step of several has its verdict at each).
   bool dropped_reported_ ABSL_GUARDED_BY(mu_) = false;

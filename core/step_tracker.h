@@ -72,6 +72,9 @@ class StepTracker {
   bool BeginStepAfterUpdate(Phase phase, bool grad_enabled, bool takes_grad_input);
   // An optimizer record ended the step, and no forward op has begun the next.
   bool step_ended() const { return step_ended_; }
+  // A top-level forward op may begin a step: an optimizer record ended one,
+  // or, in a program without them, a backward pass came since the last began.
+  bool step_may_begin() const { return step_ended_ || (saw_backward_ && !seen_optimizer_); }
   // The step the next forward pass belongs to.
   int64_t next_step() const { return step_ended_ ? step_ + 1 : step_; }
 

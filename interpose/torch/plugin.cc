@@ -741,16 +741,28 @@ void SettleDeferred(ThreadState& ts, int index) {
   frame.deferred.clear();
 }
 
-// An optimizer record ended the step: a top-level forward op begins the
-// next one at its start, so that its nested ops (which end before it, an
-// addmm in the first layer's linear) are the new step's too.
-void BeginStepAtTopLevelOp(const at::RecordFunction& fn, const ThreadState& ts) {
+// A step may begin (after a backward pass or an optimizer record): a
+// top-level forward op on a tensor that requires grad is judged and may
+// begin it at its start, so that its nested ops (which end before it, the
+// addmm in the first layer's linear) are the new step's too. A GPU
+// program's results come in first, as for the verdict at an op's end.
+void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   for (size_t i = 0; i + 1 < ts.depth; ++i) {
     if (ts.frames[i].kind == FrameKind::kOp) return;
   }
-  const bool grad_enabled = c10::GradMode::is_enabled();
-  Session::Get()->monitor().OnTopLevelOpStart(CurrentPhase(ts, grad_enabled), grad_enabled,
-                                              AnyRequiresGrad(fn.inputs()));
+  DeviceOpCall call;
+  call.grad_enabled = c10::GradMode::is_enabled();
+  call.phase = CurrentPhase(ts, call.grad_enabled);
+  if (call.phase != Phase::kForward || !AnyRequiresGrad(fn.inputs())) return;
+  call.takes_grad_input = true;
+  call.top_level = true;
+  Session& session = *Session::Get();
+  ts.busy = true;  // as at an op's end: what this runs is no op of the model's
+  DeliverResultsBeforeIterationVerdict(call, session);
+  session.monitor().OnTopLevelOpStart(
+      call.phase, call.grad_enabled, call.takes_grad_input,
+      [] { return NonFiniteStillHeld(/*counting_single_values=*/false); });
+  ts.busy = false;
 }
 
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
@@ -807,7 +819,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           f.kind = FrameKind::kOther;
           break;
         }
-        if (Session::Get()->monitor().step_end_pending()) BeginStepAtTopLevelOp(fn, ts);
+        if (Session::Get()->monitor().step_may_begin()) BeginStepAtTopLevelOp(fn, ts);
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
           ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
         }

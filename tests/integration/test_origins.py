@@ -283,3 +283,27 @@ def test_a_gans_two_updates_are_two_steps_each_after_its_forward_pass(out, tmp_p
     first = j["first_origin"]
     assert (first["phase"], first["step"]) == ("forward", 3), first
     assert j["steps"] == 6
+
+
+def test_the_first_layers_overflow_is_in_the_step_its_forward_pass_begins(out, tmp_path):
+    # A hand-written update (no optimizer record): the next forward pass
+    # begins the step at its first op's start, so the addmm inside that
+    # linear, which ends before it, is in the new step, not the last one.
+    preload_script(
+        tmp_path / "first_layer_overflow.py",
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "layer = torch.nn.Linear(16, 16)\n"
+        "for step in range(5):\n"
+        "    x = torch.full((8, 16), 1e5 if step == 3 else 0.1)\n"
+        "    with torch.autocast('cpu', dtype=torch.float16):\n"
+        "        y = layer(x)\n"
+        "    y.float().mean().backward()\n"
+        "    with torch.no_grad():\n"
+        "        for p in layer.parameters():\n"
+        "            p -= 1e-3 * p.grad\n"
+        "            p.grad = None\n", out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["top_op"], first["phase"], first["step"]) == ("aten::linear", "forward", 3), first
+    assert j["steps"] == 5

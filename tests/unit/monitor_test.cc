@@ -699,6 +699,43 @@ TEST_F(TracedMonitorTest, OptimizersSteppedTogetherAreOneStep) {
   EXPECT_EQ(sampled.step(), 2);
 }
 
+// A program without optimizer records (a hand-written update, a C++ one):
+// the first layer's linear begins the next step at its start, so the
+// addmm inside it, which ends first, is that step's too.
+TEST_F(TracedMonitorTest, TheOpsInsideTheOpThatBeginsAStepAreInIt) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  const TensorFacts fine = Fp16(0, 0x4000);
+  IterationOp(m, ctx, Phase::kForward, fine);
+  IterationOp(m, ctx, Phase::kBackward, fine);
+  EXPECT_TRUE(m.step_may_begin());
+  OpEvent update;  // p -= lr * p.grad under no_grad
+  update.op = "aten::sub_";
+  update.grad_enabled = false;
+  update.takes_grad_input = true;
+  update.outputs = absl::MakeConstSpan(&fine, 1);
+  m.OnOp(update, ctx);
+  m.OnTopLevelOpStart(Phase::kForward, true, true, [] { return false; });
+  EXPECT_EQ(m.step(), 1);
+  EXPECT_FALSE(m.step_may_begin()) << "no lock at the next ops' starts";
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  OpEvent nested;
+  nested.op = "aten::addmm";
+  nested.top_op = "aten::linear";
+  nested.outputs = absl::MakeConstSpan(&overflowed, 1);
+  EXPECT_EQ(m.OnOp(nested, ctx), Verdict::kOrigin);
+  OpEvent linear;  // its end: no second step
+  linear.op = "aten::linear";
+  linear.takes_grad_input = true;
+  linear.outputs = absl::MakeConstSpan(&overflowed, 1);
+  m.OnOp(linear, ctx);
+  EXPECT_EQ(m.step(), 1);
+  m.FlushStep();
+  ASSERT_TRUE(m.first_origin().has_value());
+  EXPECT_EQ(m.first_origin()->step, 1);
+}
+
 // An iteration whose program threw its non-finite gradients away and went
 // on to the next batch without an optimizer step is a step of its own, a
 // skip in the trace; one whose gradients are still held (the next
@@ -997,7 +1034,7 @@ TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) 
   m.OnOptimizerStepEnd();
   // Step 1 begins at its first top-level forward op's start (the baddbmm
   // the nested ops below run in).
-  m.OnTopLevelOpStart(Phase::kForward, true, true);
+  m.OnTopLevelOpStart(Phase::kForward, true, true, [] { return false; });
   // Step 1: the non-finite values outlive the enclosing op, no mask.
   std::optional<Deferral> stands;
   EXPECT_EQ(nested("aten::addmm_", Fp16(/*posinf=*/3), &stands), Verdict::kDeferred);
