@@ -2,17 +2,23 @@
 // linear model for a few steps; at step `overflow_step` (argv[1], default
 // 3) its forward pass also computes an fp16 dot product that overflows.
 // argv[3]: micro-batches of gradient accumulation per update (default 1);
-// the overflow is in the step's last one.
+// the overflow is in the step's last one. argv[4] "first-layer": the
+// overflow is the model's own instead, in its first op: fp16 autocast casts
+// an input scaled past 65504 inside the linear layer.
 // Losses are printed as hex floats so runs can be compared bit for bit.
 #include <torch/torch.h>
 
+#include <ATen/autocast_mode.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 int main(int argc, char** argv) {
   const int overflow_step = argc > 1 ? std::atoi(argv[1]) : 3;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 6;
   const int micro_batches = argc > 3 ? std::atoi(argv[3]) : 1;
+  const bool in_first_layer = argc > 4 && std::string(argv[4]) == "first-layer";
   torch::manual_seed(0);
   torch::nn::Linear model(8, 1);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
@@ -22,8 +28,18 @@ int main(int argc, char** argv) {
     optimizer.zero_grad();
     torch::Tensor loss;
     for (int micro_batch = 0; micro_batch < micro_batches; ++micro_batch) {
-      torch::Tensor out = model->forward(x);
-      if (step == overflow_step && micro_batch == micro_batches - 1) {
+      const bool overflow = step == overflow_step && micro_batch == micro_batches - 1;
+      torch::Tensor out;
+      if (in_first_layer) {
+        at::autocast::set_autocast_dtype(at::kCPU, at::kHalf);
+        at::autocast::set_autocast_enabled(at::kCPU, true);
+        out = model->forward(overflow ? x * 1e5 : x).to(torch::kFloat);
+        at::autocast::set_autocast_enabled(at::kCPU, false);
+        at::autocast::clear_cache();
+      } else {
+        out = model->forward(x);
+      }
+      if (overflow && !in_first_layer) {
         const torch::Tensor h = torch::full({4}, 300.0, torch::kHalf);
         const torch::Tensor score = torch::matmul(h, h);  // 360000 > 65504
         std::printf("score %f\n", score.item<float>());

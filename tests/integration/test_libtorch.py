@@ -41,6 +41,19 @@ def test_libtorch_micro_batches_are_counted_in_their_step(out, overflow_step):
     assert steps == [(s,) for s in range(6)]
 
 
+def test_libtorch_first_layers_overflow_is_in_the_step_it_begins(out):
+    # The step's first op (the linear layer's addmm, under fp16 autocast)
+    # begins the step at its start: the cast inside it, which ends first,
+    # is in step 3, not in step 2 whose update came before.
+    r = nanhunt_run([PROGRAM, "3", "6", "1", "first-layer"], out)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    first = report["first_origin"]
+    assert first["op"] == "aten::_to_copy" and first["top_op"] in ("aten::linear", "aten::addmm")
+    assert (first["phase"], first["step"]) == ("forward", 3), first
+    assert report["steps"] == 6
+
+
 def test_libtorch_losses_are_bit_identical_under_nanhunt(out):
     plain = run([PROGRAM, "99", "8"])
     monitored = nanhunt_run([PROGRAM, "99", "8"], out)
