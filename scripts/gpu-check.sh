@@ -186,6 +186,41 @@ sys.exit(1 if bad else 0)
 PY
 ) | tee "$build"/own-scaler-check.txt || { failed+=("own loss scaler on CUDA"); tail -20 "$build"/own-scaler-set-to-none.log; }
 
+echo "== several optimizer steps an iteration on CUDA: one step each, the overflow in its iteration"
+for layout in two-optimizers in-backward; do
+  for phase in forward backward; do
+    run="$build/several-$layout-$phase"
+    rm -rf "$run"
+    (DEVICE=cuda "$build"/bin/nanhunt run --out "$run" -- "$python" \
+       tests/integration/scripts/several_optimizers.py "$layout" "$phase" > "$run.log" 2>&1 || true
+     "$build"/bin/nanhunt view --json "$run" > "$run.json" || true) &
+  done
+done
+wait
+("$python" - "$build" <<'PY'
+import glob, json, sqlite3, sys
+bad = 0
+for layout in ("two-optimizers", "in-backward"):
+    for phase in ("forward", "backward"):
+        base = f"{sys.argv[1]}/several-{layout}-{phase}"
+        try:
+            r = json.load(open(base + ".json"))
+            [trace] = glob.glob(base + "/*.sqlite")
+            ops = sqlite3.connect(trace).execute(
+                "SELECT step, SUM(ops) FROM steps GROUP BY step ORDER BY step").fetchall()
+        except Exception as e:
+            r, ops = {"error": repr(e)}, []
+        o = r.get("first_origin") or {}
+        ok = ((o.get("phase"), o.get("step")) == (phase, 2) and r.get("steps") == 4
+              and [s for s, _ in ops] == [0, 1, 2, 3] and len({n for _, n in ops}) == 1)
+        bad += not ok
+        print(f"{layout}, overflow in {phase}, CUDA: first origin {o.get('op')} ({o.get('phase')}) "
+              f"step {o.get('step')}, {r.get('steps')} steps, ops a step "
+              f"{sorted({n for _, n in ops})}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if bad else 0)
+PY
+) | tee "$build"/several-check.txt || { failed+=("several optimizers on CUDA"); tail -20 "$build"/several-in-backward-backward.log; }
+
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
 "$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
@@ -316,7 +351,8 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check streams-check graph-check batch-check \
+for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check \
+    streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done

@@ -1,0 +1,47 @@
+# Several optimizer steps in each iteration, 4 iterations; the third
+# overflows in fp16 (autocast). The program's own loop counts iterations:
+# the overflow is in its iteration 2.
+#
+# argv[1], where the optimizer steps are:
+#   two-optimizers  two parameters with an optimizer each, stepped one after
+#                   the other (dense and sparse parameters, one per module)
+#   in-backward     an optimizer per parameter, stepped in the backward pass
+#                   as each gradient is ready (torch's recipe for fusing the
+#                   update into backward: post-accumulate-grad hooks)
+# argv[2], where it overflows: forward (the input scaled past 65504 by the
+# matmul) or backward (the loss scaled so its gradient does). DEVICE=cuda:
+# on the GPU (scripts/gpu-check.sh).
+import os
+import sys
+
+import torch
+
+layout, phase = sys.argv[1], sys.argv[2]
+device = os.environ.get("DEVICE", "cpu")
+w1 = torch.nn.Parameter(torch.full((16, 16), 0.1, device=device))
+w2 = torch.nn.Parameter(torch.full((16, 16), 0.1, device=device))
+if layout == "two-optimizers":
+    opts = [torch.optim.SGD([w1], lr=1e-3), torch.optim.Adam([w2], lr=1e-3)]
+elif layout == "in-backward":
+    per_parameter = {p: torch.optim.SGD([p], lr=1e-3) for p in (w1, w2)}
+
+    def step_now(p):
+        per_parameter[p].step()
+        per_parameter[p].zero_grad()
+
+    for p in per_parameter:
+        p.register_post_accumulate_grad_hook(step_now)
+    opts = []
+else:
+    sys.exit(f"several_optimizers: layout {layout!r}: two-optimizers or in-backward")
+for step in range(4):
+    big = step == 2
+    x = torch.full((8, 16), 50000.0 if big and phase == "forward" else 1.0, device=device)
+    with torch.autocast(device, dtype=torch.float16):
+        y = (x @ w1) @ w2
+    scale = 1e6 if big and phase == "backward" else 1.0
+    (y.float().sum() * scale).backward()
+    for opt in opts:
+        opt.step()
+        opt.zero_grad()
+    print("iteration", step, "done")
