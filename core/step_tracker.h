@@ -3,18 +3,23 @@
 // torch.optim wraps each step in a USER_SCOPE record ("Optimizer.step#..."):
 // when the process shows one, a step ends with it, and the next begins at
 // the next forward pass's first op (one on a tensor that requires grad, as
-// for the fallback below). Optimizer records with no forward pass between them
-// are one step: several optimizers stepped together (dense and sparse
+// for the fallback below). Optimizer records with no forward pass between
+// them are one step: several optimizers stepped together (dense and sparse
 // parameters, one optimizer per module) and an optimizer per parameter
 // stepped inside the backward pass (post-accumulate-grad hooks) count one
 // step an iteration, as the program's own loop does. A GAN's discriminator
 // and generator updates, each after its own forward pass, are two steps.
 // The ops between an optimizer record and the next forward pass (zero_grad,
-// GradScaler's update, the next batch's preparation) are the step's tail. A process that never does
-// (a C++ LibTorch program, a hand-written update) gets a fallback: the first
-// forward op after backward ops that runs with grad mode on and takes a
-// tensor that requires grad (a parameter: the next forward pass, not a
-// factory op of GradScaler's or data preparation) starts a new step. Such an
+// GradScaler's update, the next batch's preparation) are the step's tail.
+// The caller tells a top-level op's start to OnOp too (Monitor::
+// OnTopLevelOpStart), so that a step begins before the ops inside the op
+// that begins it, which end before it does.
+//
+// A process that never shows an optimizer record (a C++ LibTorch program,
+// a hand-written update) gets a fallback: the first forward op after
+// backward ops that runs with grad mode on and takes a tensor that requires
+// grad (a parameter: the next forward pass, not a factory op of
+// GradScaler's or data preparation) starts a new step. Such an
 // advance without an update since the backward pass (no op with grad mode
 // off) is tentative: it may be the next micro-batch of gradient
 // accumulation. Tentative advances are undone when the iteration turns out
@@ -65,10 +70,8 @@ class StepTracker {
   // unsampled ops cannot show where the next forward pass begins, counts a
   // step an optimizer record.
   void OnOptimizerStepEnd(bool begin_next_now = false);
-  // A top-level op starts: when an optimizer record ended the step and
-  // this is a forward op, it begins the next one (returns true), so that
-  // its nested ops, which end before it, belong there too. OnOp does the
-  // same for an op whose start was not shown.
+  // OnOp's first part: when an optimizer record ended the step and this
+  // op begins a forward pass, it begins the next step (returns true).
   bool BeginStepAfterUpdate(Phase phase, bool grad_enabled, bool takes_grad_input);
   // An optimizer record ended the step, and no forward op has begun the next.
   bool step_ended() const { return step_ended_; }

@@ -324,9 +324,9 @@ TEST(StepTracker, AGansTwoUpdatesAreTwoStepsEachAfterItsForwardPass) {
   EXPECT_EQ(t.next_step(), 4);
 }
 
-TEST(StepTracker, TheStartOfTheNextForwardOpBeginsTheStep) {
-  // Told at its start, so that its nested ops, which end first, are in the
-  // new step; its end, told to OnOp, begins nothing more.
+TEST(StepTracker, TheNextForwardPassBeginsTheStepAnOptimizerRecordEnded) {
+  // Only an op that begins a forward pass: OnOp at that op's end (told
+  // its start too) begins nothing more.
   StepTracker t;
   t.OnOp(Phase::kForward, true, true);
   t.OnOp(Phase::kBackward, true, true);
