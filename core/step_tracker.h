@@ -73,8 +73,6 @@ class StepTracker {
   // OnOp's first part: when an optimizer record ended the step and this
   // op begins a forward pass, it begins the next step (returns true).
   bool BeginStepAfterUpdate(Phase phase, bool grad_enabled, bool takes_grad_input);
-  // An optimizer record ended the step, and no forward op has begun the next.
-  bool step_ended() const { return step_ended_; }
   // A top-level forward op may begin a step: an optimizer record ended one,
   // or, in a program without them, a backward pass came since the last began.
   bool step_may_begin() const { return step_ended_ || (saw_backward_ && !seen_optimizer_); }

@@ -334,10 +334,10 @@ TEST(StepTracker, TheNextForwardPassBeginsTheStepAnOptimizerRecordEnded) {
   t.OnOptimizerStepEnd();
   EXPECT_FALSE(t.BeginStepAfterUpdate(Phase::kBackward, true, true));
   EXPECT_FALSE(t.BeginStepAfterUpdate(Phase::kForward, false, false)) << "the update's tail";
-  EXPECT_TRUE(t.step_ended());
+  EXPECT_EQ(t.next_step(), 1) << "still waiting";
   EXPECT_FALSE(t.BeginStepAfterUpdate(Phase::kForward, true, false)) << "data for the next batch";
   EXPECT_TRUE(t.BeginStepAfterUpdate(Phase::kForward, true, true)) << "the first layer";
-  EXPECT_FALSE(t.step_ended());
+  EXPECT_EQ(t.next_step(), t.step());
   EXPECT_EQ(t.step(), 1);
   EXPECT_FALSE(t.OnOp(Phase::kForward, true, true));
   EXPECT_EQ(t.step(), 1);
