@@ -185,6 +185,40 @@ bool AnyFiniteNearMax(absl::Span<const TensorFacts> outputs) {
   return false;
 }
 
+// Whether values of `format` overflow near fp16's limit as they run (fp16,
+// fp8 e5m2), rather than only would in fp16 (fp32, bf16, fp64, e4m3fn).
+bool OverflowsNearFp16Max(Format format) {
+  return format == Format::kF16 || format == Format::kF8E5M2;
+}
+
+// What a headroom finding is about: the outputs past the near-max
+// threshold, of the format that runs the risk where there are several
+// (fp16 before fp32: flash attention's fp32 log-sum-exp far past 65504
+// beside its fp16 output is a forecast; the fp16 output is the news), and
+// their largest |x|.
+struct NearMaxOutputs {
+  Format format = Format::kF32;
+  double max_abs = 0;
+};
+
+NearMaxOutputs NearMaxOf(absl::Span<const TensorFacts> outputs) {
+  NearMaxOutputs near;
+  bool picked = false;
+  for (const TensorFacts& t : outputs) {
+    if (t.counts.near_max == 0) continue;
+    if (!picked || (OverflowsNearFp16Max(t.format) && !OverflowsNearFp16Max(near.format))) {
+      near.format = t.format;
+      picked = true;
+    }
+  }
+  for (const TensorFacts& t : outputs) {
+    if (t.counts.near_max > 0 && OverflowsNearFp16Max(t.format) == OverflowsNearFp16Max(near.format)) {
+      near.max_abs = std::max(near.max_abs, MaxAbs(t.format, t.counts));
+    }
+  }
+  return near;
+}
+
 }  // namespace
 
 StorageState StorageStateAfter(Verdict verdict, bool nonfinite) {
@@ -216,6 +250,8 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
   const bool nonfinite = AnyNonFinite(total);
   const double max_abs = TotalMaxAbs(e.outputs);
   bool want_headroom = false, want_underflow = false;
+  NearMaxOutputs near;
+  if (!nonfinite && total.near_max > 0) near = NearMaxOf(e.outputs);
   {
     absl::MutexLock lock(&mu_);
     const double now = e.top_op.empty() ? clock_() : 0;
@@ -253,9 +289,9 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     OpState& state = ops_[e.op];
     const int p = static_cast<int>(e.phase);
     if (!nonfinite && total.near_max > 0) {
-      const double last = state.near_reported[p];
-      want_headroom = last == 0 || max_abs >= last * kHeadroomGrowth;
-      if (want_headroom) state.near_reported[p] = max_abs;
+      double& last = state.near_reported[p][OverflowsNearFp16Max(near.format) ? 0 : 1];
+      want_headroom = last == 0 || near.max_abs >= last * kHeadroomGrowth;
+      if (want_headroom) last = near.max_abs;
       if (e.contains_warning) want_headroom = false;
     }
     if (!nonfinite && total.underflow > 0 && !state.underflow_reported[p] &&
@@ -270,10 +306,11 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     FindingRow row;
     {
       absl::MutexLock lock(&mu_);
+      if (want_headroom) format = near.format;
       row = MakeFinding(want_headroom ? "near_max" : "underflow", e, total,
                         format);
     }
-    row.max_abs = max_abs;
+    row.max_abs = want_headroom ? near.max_abs : max_abs;
     if (e.phase == Phase::kForward) {
       row.source = context.Source();
       row.stack = context.Stack();
@@ -282,12 +319,11 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     absl::MutexLock lock(&mu_);
     // Live warnings are for formats that really overflow near 65504; for
     // fp32 and bf16 outputs the finding (what *would* overflow) suffices.
-    if (want_headroom && notify_ && !e.scaled_gradients &&
-        (format == Format::kF16 || format == Format::kF8E5M2)) {
+    if (want_headroom && notify_ && !e.scaled_gradients && OverflowsNearFp16Max(format)) {
       notify_(absl::StrFormat(
           "warning: %s (%s) reached |x|=%.6g, %.0f%% of fp16's limit 65504, "
           "at step %d%s%s",
-          e.op, PhaseName(e.phase), max_abs, 100.0 * max_abs / kFp16Max,
+          e.op, PhaseName(e.phase), near.max_abs, 100.0 * near.max_abs / kFp16Max,
           row.step, row.source.empty() ? "" : " — ", row.source));
     }
     Emit(std::move(row));

@@ -338,7 +338,11 @@ class Monitor {
   };
   // One op name's state: this step's statistics, and what was reported.
   struct OpState : StepStats {
-    double near_reported[kPhaseCount] = {};  // max |x| last reported
+    // max |x| last reported, by phase and by whether the format overflows
+    // near 65504 (fp16, fp8 e5m2) or only would in fp16 (fp32, bf16): an
+    // op's fp32 statistic far past 65504 must not hide its fp16 output's
+    // warnings, nor the other way round.
+    double near_reported[kPhaseCount][2] = {};
     bool underflow_reported[kPhaseCount] = {};
   };
   // What GPU results of a step whose rows were written already added to

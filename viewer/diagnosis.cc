@@ -391,11 +391,14 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
   const FindingRow* scaled = nullptr;
   const FindingRow* wider = nullptr;  // the largest
   for (const FindingRow& w : s.warnings) {
+    const bool scaled_gradient = w.phase == "backward" && skips.decided > 0;
     if (!IsFp16Range(w.dtype)) {
-      if (wider == nullptr || w.max_abs > wider->max_abs) wider = &w;
+      // A wider format's scaled gradient is as large as the scale made it:
+      // no forecast of the model's values.
+      if (!scaled_gradient && (wider == nullptr || w.max_abs > wider->max_abs)) wider = &w;
       continue;
     }
-    (w.phase == "backward" && skips.decided > 0 ? scaled : nearing) = &w;
+    (scaled_gradient ? scaled : nearing) = &w;
   }
   if (nearing != nullptr) {
     const FindingRow& w = *nearing;
@@ -412,7 +415,9 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
         "such ops to fp32 before they do"));
   } else if (settling < 0) {
     d.evidence.push_back(absl::StrCat(
-        "every checked output of ", s.steps, " steps was finite",
+        "every checked output", s.steps == 0 ? "" : absl::StrCat(" of ", s.steps,
+                                                                     s.steps == 1 ? " step" : " steps"),
+        " was finite",
         s.mask_ops.empty() ? ""
                            : absl::StrCat(", apart from deliberate ±inf masks (",
                                           absl::StrJoin(s.mask_ops, ", "), ")")));

@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "viewer/diagnosis.h"
 #include "viewer/json_writer.h"
+#include "viewer/scaler_skips.h"
 
 namespace nanhunt {
 namespace {
@@ -560,13 +561,32 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
   // Warnings: outputs that really live in fp16 first, as a trend per op
   // ("step 13 26% -> step 16 36% -> ..."); wider formats are only at risk
   // if they were run in fp16, so they come after, one line each.
-  std::map<std::string, std::vector<const FindingRow*>> at_risk, would;
+  // Under a loss scaler, gradients are scaled up to the limit on purpose
+  // (it grows its scale until they overflow, then skips the step): said
+  // beside them, since their size is the scale's, not the model's.
+  const bool scaled_gradients = SkipsOf(s).decided > 0;
+  // Grouped by op, phase and dtype; a long op label (flash attention's,
+  // inside scaled_dot_product_attention) is what gets shortened to the
+  // width, never the phase and dtype after it.
+  struct Group {
+    std::string label, tail;
+    std::vector<const FindingRow*> rows;
+    std::string Line(size_t width) const {
+      const size_t room = width > tail.size() + 2 ? width - tail.size() - 2 : 1;
+      return absl::StrCat(Fit(label, room), "  ", tail);
+    }
+  };
+  std::map<std::string, Group> at_risk, would;
   std::vector<std::string> order;
   for (const FindingRow& f : s.warnings) {
-    const std::string key = OpLabel(f) + "  " + f.phase + " " + f.dtype;
-    auto& group = IsFp16Range(f.dtype) ? at_risk : would;
-    if (group.find(key) == group.end()) order.push_back(key);
-    group[key].push_back(&f);
+    const std::string tail =
+        absl::StrCat(f.phase, " ", f.dtype,
+                     scaled_gradients && f.phase == "backward" ? ", scaled by the loss scale" : "");
+    const std::string key = absl::StrCat(OpLabel(f), "  ", tail);
+    auto& groups = IsFp16Range(f.dtype) ? at_risk : would;
+    auto [it, added] = groups.try_emplace(key, Group{OpLabel(f), tail, {}});
+    if (added) order.push_back(key);
+    it->second.rows.push_back(&f);
   }
   if (!at_risk.empty()) {
     absl::StrAppend(&out, "\n", bold, "WARNINGS BEFORE OVERFLOW", reset,
@@ -574,13 +594,14 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     for (const auto& key : order) {
       auto it = at_risk.find(key);
       if (it == at_risk.end()) continue;
+      const Group& g = it->second;
       std::vector<std::string> trend;
-      for (const FindingRow* f : it->second) {
+      for (const FindingRow* f : g.rows) {
         trend.push_back(absl::StrCat("step ", f->step, " ", OfLimit(f->max_abs)));
       }
-      absl::StrAppend(&out, "  ", yellow, Fit(key, w - 4), reset, "\n    ",
+      absl::StrAppend(&out, "  ", yellow, g.Line(w - 4), reset, "\n    ",
                       Fit(absl::StrJoin(trend, " -> "), w - 6), "\n");
-      const std::string& source = it->second.front()->source;
+      const std::string& source = g.rows.front()->source;
       if (!source.empty()) absl::StrAppend(&out, "    at ", Fit(source, w - 9), "\n");
     }
   }
@@ -591,9 +612,16 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     for (const auto& key : order) {
       auto it = would.find(key);
       if (it == would.end()) continue;
-      const FindingRow* top = it->second.back();
-      absl::StrAppend(&out, "  ", Fit(key, 52), "  up to ", FormatAbs(top->max_abs),
-                      " (", OfLimit(top->max_abs), " of 65504) at step ", top->step, "\n");
+      const Group& g = it->second;
+      const FindingRow* top = g.rows.back();  // each warning is past the last
+      const std::string peak = absl::StrCat("up to ", FormatAbs(top->max_abs), " (",
+                                            OfLimit(top->max_abs), " of 65504) at step ",
+                                            top->step);
+      if (key.size() + 2 + peak.size() <= w - 2) {
+        absl::StrAppend(&out, "  ", key, "  ", peak, "\n");
+      } else {
+        absl::StrAppend(&out, "  ", g.Line(w - 4), "\n    ", peak, "\n");
+      }
     }
   }
 

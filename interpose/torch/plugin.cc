@@ -216,6 +216,21 @@ bool ScalerOverflow(bool scaled_gradients, const Outputs& outputs) {
   return true;
 }
 
+// Whether NANHUNT_FP32_OPS=auto learns an op from its verdict: fp16 outputs
+// and non-finite values, or fp16 outputs that came near the limit; not a
+// wider output near it beside fp16 ones that are far from it (flash
+// attention's fp32 log-sum-exp), which fp32 would not help.
+template <class Outputs>
+bool Fp16AtRisk(Verdict verdict, const Outputs& outputs) {
+  if (verdict != Verdict::kOrigin && verdict != Verdict::kWarned) return false;
+  for (const TensorFacts& t : outputs) {
+    if (t.format == Format::kF16 && (verdict == Verdict::kOrigin || t.counts.near_max > 0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // A GPU op's verdict, on the drain thread: the NaN guard stops training
 // (no snapshot: the op's inputs are gone by the time its result arrives),
 // and NANHUNT_FP32_OPS=auto learns the op, as for host ops.
@@ -230,10 +245,8 @@ void OnLateVerdict(const LateOp& op, Verdict verdict) {
   }
   EscalateOnVerdict(*session, op.op, verdict);
   LiveSettings& live = session->live();
-  bool fp16 = false;
-  for (const TensorFacts& t : op.outputs) fp16 |= t.format == Format::kF16;
-  if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) && fp16 &&
-      !op.scaled_gradients && live.fp32_auto.load(std::memory_order_relaxed)) {
+  if (Fp16AtRisk(verdict, op.outputs) && !op.scaled_gradients &&
+      live.fp32_auto.load(std::memory_order_relaxed)) {
     std::vector<std::string> learned;
     if (LearnFp32Op(c10::OperatorName(op.op, op.overload))) learned.push_back(op.op);
     if (!op.top_op.empty() && LearnFp32Op(c10::OperatorName(op.top_op, ""))) {
@@ -376,13 +389,6 @@ except Exception as e:
     done.store(true);
   }
   ts.busy = false;
-}
-
-bool HasFp16Output(const std::vector<TensorFacts>& outputs) {
-  for (const TensorFacts& t : outputs) {
-    if (t.format == Format::kF16) return true;
-  }
-  return false;
 }
 
 // NANHUNT_FP32_OPS=auto: the op that overflowed or came near the limit runs
@@ -659,9 +665,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     parent->deferred.push_back(Frame::Deferred{std::move(*deferral), ts.output_tensors});
   }
   EscalateOnVerdict(*session, frame.name, verdict);
-  if ((verdict == Verdict::kOrigin || verdict == Verdict::kWarned) &&
-      session->live().fp32_auto.load(std::memory_order_relaxed) &&
-      HasFp16Output(ts.output_facts) && !event.scaled_gradients) {
+  if (Fp16AtRisk(verdict, ts.output_facts) &&
+      session->live().fp32_auto.load(std::memory_order_relaxed) && !event.scaled_gradients) {
     LearnFromFinding(fn, top, verdict, *session);
   }
   if ((verdict == Verdict::kOrigin || verdict == Verdict::kInput) &&

@@ -192,3 +192,35 @@ def test_inf_nan_dropped_within_each_step_is_healthy_and_only_then(out, mode, we
         assert any("in 4 of 4 steps" in e for e in d["evidence"]), d
     else:
         assert d["kind"] == "invalid_math", d
+
+
+def test_flash_attentions_fp32_log_sum_exp_is_a_forecast_not_an_fp16_warning(out, tmp_path):
+    # CPU flash attention returns its fp16 output and an fp32 log-sum-exp of
+    # the scores. Scores of |q.k| ~ 3e5 put the log-sum-exp far past 65504
+    # while the fp16 output stays below 4: the run read "fp16 outputs nearing
+    # 65504 ... 4.9x" (an fp16 finding holding the fp32 value), and
+    # NANHUNT_FP32_OPS=auto switched attention to fp32, which helps nothing.
+    r = preload_script(
+        tmp_path / "flash_attention_scores.py",
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "torch.manual_seed(0)\n"
+        "for step in range(3):\n"
+        "    q = (torch.randn(2, 2, 8, 8) * 300).half()\n"
+        "    k = (torch.randn(2, 2, 8, 8) * 300).half()\n"
+        "    v = torch.randn(2, 2, 8, 8).half()\n"
+        "    print(F.scaled_dot_product_attention(q, k, v).abs().max().item())\n",
+        out, NANHUNT_FP32_OPS="auto")
+    assert "now run" not in r.stderr and "warning:" not in r.stderr, r.stderr
+    assert not list(out.glob("*.fp32-policy"))
+    flash = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    warnings = [w for w in view_json(out)["warnings"] if w["op"] == flash]
+    assert warnings and all(w["dtype"] == "float32" for w in warnings), warnings
+    assert max(w["max_abs"] for w in warnings) > 65504
+    d = view_json(out)["diagnosis"]
+    assert d["title"] == "Healthy: no non-finite values, nothing close to fp16's limit", d
+    assert f"float32 values of {flash} (forward) reached" in " ".join(d["evidence"]), d
+    text = run([NANHUNT, "view", out]).stdout
+    assert "WARNINGS BEFORE OVERFLOW" not in text, text
+    # The long label is shortened, never its phase and dtype.
+    assert "forward float32\n    up to " in text, text

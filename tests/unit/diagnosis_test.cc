@@ -164,5 +164,48 @@ TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
   EXPECT_EQ(Diagnose(s).kind, "backward_overflow");
 }
 
+// Under a loss scaler, fp32 gradients (autocast's parameter gradients) are
+// as large as the scale made them: no forecast that the model's values
+// would overflow in fp16. A forward fp32 value past the threshold still is.
+TEST(Diagnosis, AWiderFormatsScaledGradientIsNoForecast) {
+  RunSummary s;
+  s.steps = 30;
+  for (int64_t step = 0; step < 30; ++step) s.loss_scale.push_back({step, 65536.0, step < 2});
+  s.skipped_steps = {0, 1};
+  s.first_origin = BackwardOrigin(0);
+  s.nonfinite_steps = s.nonfinite_steps_kept = {0, 1};
+  FindingRow gradient = BackwardOrigin(5);
+  gradient.kind = "near_max";
+  gradient.posinf = 0;
+  gradient.dtype = "float32";
+  gradient.max_abs = 3.2e6;
+  s.warnings = {gradient};
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "healthy");
+  for (const std::string& line : d.evidence) {
+    EXPECT_EQ(line.find("float32 values of"), std::string::npos) << line;
+  }
+  FindingRow forward = gradient;
+  forward.phase = "forward";
+  forward.max_abs = 70000;
+  s.warnings = {gradient, forward};
+  d = Diagnose(s);
+  EXPECT_NE(std::find(d.evidence.begin(), d.evidence.end(),
+                      "float32 values of aten::mm (forward) reached |x| = 70000 at step 5: past "
+                      "fp16's near-max threshold, safe as they run"),
+            d.evidence.end())
+      << ::testing::PrintToString(d.evidence);
+}
+
+// A script that never stepped an optimizer has no steps to count.
+TEST(Diagnosis, AHealthyRunSaysHowManyStepsItCheckedOnlyWhenItHadSome) {
+  RunSummary s;
+  EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output was finite");
+  s.steps = 1;
+  EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output of 1 step was finite");
+  s.steps = 12;
+  EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output of 12 steps was finite");
+}
+
 }  // namespace
 }  // namespace nanhunt

@@ -606,6 +606,56 @@ class TracedMonitorTest : public ::testing::Test {
   std::unique_ptr<Monitor> monitor_;
 };
 
+// CPU flash attention's outputs: the fp16 attention and an fp32 log-sum-exp
+// of the scores. A headroom finding is about the outputs near the limit, of
+// the format that overflows near 65504 where there is one; the fp32
+// statistic far past 65504 beside a small fp16 output is a forecast (no live
+// warning) and does not hide the fp16 output's own warnings.
+TEST_F(TracedMonitorTest, AHeadroomFindingIsAboutTheFormatAtRiskNotAWiderOutputBesideIt) {
+  Monitor& m = *monitor_;
+  std::vector<std::string> told;
+  m.set_notify([&](const std::string& line) { told.push_back(line); });
+  FakeContext ctx;
+  TensorFacts attention = Fp16(0, 0x6030);  // 536
+  TensorFacts logsumexp;
+  logsumexp.format = Format::kF32;
+  logsumexp.shape = "[2]";
+  logsumexp.counts.elements = 2;
+  logsumexp.counts.near_max = logsumexp.counts.fp16_overflow = 2;
+  logsumexp.counts.max_abs_bits = 0x47de7e00;  // 113916
+  const TensorFacts outputs[2] = {attention, logsumexp};
+  OpEvent e;
+  e.op = "aten::_scaled_dot_product_flash_attention_for_cpu";
+  e.phase = Phase::kForward;
+  e.outputs = absl::MakeConstSpan(outputs, 2);
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kWarned);
+  EXPECT_TRUE(told.empty()) << told[0];
+  // The fp16 output comes near the limit (20000), the fp32 one far past
+  // (2e6): an fp16 finding of 20000, told live.
+  TensorFacts both[2] = {Fp16(0, 0x74E2), logsumexp};
+  both[0].counts.near_max = 1;
+  both[1].counts.max_abs_bits = 0x49f42400;
+  e.outputs = absl::MakeConstSpan(both, 2);
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kWarned);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_NE(told[0].find("|x|=20000,"), std::string::npos) << told[0];
+  // Neither grew: nothing new.
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kClean);
+  // The fp16 output grows to 30000 (the fp32 one's 2e6 was no bar).
+  both[0].counts.max_abs_bits = 0x7753;
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kWarned);
+  EXPECT_EQ(told.size(), 2u);
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 3u);
+  EXPECT_EQ(t->findings[0].dtype, "float32");
+  EXPECT_EQ(t->findings[0].max_abs, 113916.0);
+  EXPECT_EQ(t->findings[1].dtype, "float16");
+  EXPECT_EQ(t->findings[1].max_abs, 20000.0);
+  EXPECT_EQ(t->findings[2].dtype, "float16");
+  EXPECT_EQ(t->findings[2].max_abs, 30000.0);
+}
+
 // A GPU scaler's update in two parts: the step when the update runs, the
 // loss-scale row once its values are back, for the step the first part gave.
 TEST_F(TracedMonitorTest, ScalerUpdateInTwoPartsRecordsTheStepItRanIn) {

@@ -1,0 +1,68 @@
+// What `nanhunt view`'s text says of warnings before overflow: grouped by
+// op, phase and dtype, shortened to the width without losing which.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "viewer/summary.h"
+
+namespace nanhunt {
+namespace {
+
+FindingRow Warning(std::string op, std::string phase, std::string dtype, int64_t step,
+                   double max_abs) {
+  FindingRow f;
+  f.kind = "near_max";
+  f.op = std::move(op);
+  f.phase = std::move(phase);
+  f.dtype = std::move(dtype);
+  f.step = step;
+  f.max_abs = max_abs;
+  return f;
+}
+
+// A GradScaler grows its scale until the gradients overflow: their size
+// is the scale's, which the line beside them says.
+TEST(SummaryText, GradientsUnderALossScalerAreSaidToBeScaled) {
+  RunSummary s;
+  s.steps = 4;
+  for (int64_t step = 0; step < 4; ++step) s.loss_scale.push_back({step, 65536.0, false});
+  s.warnings = {Warning("aten::mm", "backward", "float16", 1, 30000),
+                Warning("aten::addmm", "forward", "float16", 2, 20000)};
+  std::string text = RenderText(s, 100, false);
+  EXPECT_NE(text.find("aten::mm  backward float16, scaled by the loss scale\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("aten::addmm  forward float16\n"), std::string::npos) << text;
+  // Without a scaler, a backward value is the model's own.
+  s.loss_scale.clear();
+  text = RenderText(s, 100, false);
+  EXPECT_EQ(text.find("scaled by the loss scale"), std::string::npos) << text;
+  EXPECT_NE(text.find("aten::mm  backward float16\n"), std::string::npos) << text;
+}
+
+// Flash attention's label is longer than the width: the label is cut,
+// never the phase and dtype after it, in both warning sections.
+TEST(SummaryText, ALongOpLabelIsShortenedNotItsPhaseAndDtype) {
+  const std::string flash = "aten::_scaled_dot_product_flash_attention_for_cpu";
+  RunSummary s;
+  s.steps = 1;
+  FindingRow fp16 = Warning(flash, "forward", "float16", 0, 30000);
+  fp16.top_op = "aten::scaled_dot_product_attention";
+  FindingRow fp32 = fp16;
+  fp32.dtype = "float32";
+  fp32.max_abs = 113916;
+  s.warnings = {fp16, fp32};
+  const std::string text = RenderText(s, 60, false);
+  EXPECT_NE(text.find("~  forward float16\n    step 0 46%"), std::string::npos) << text;
+  EXPECT_NE(text.find("~  forward float32\n    up to 113916 (1.74x of 65504) at step 0"),
+            std::string::npos)
+      << text;
+  // The label lines themselves fit (the sections' headings are wider).
+  for (const char* tail : {"~  forward float16\n", "~  forward float32\n"}) {
+    const size_t end = text.find(tail) + std::string(tail).size() - 1;
+    const size_t begin = text.rfind('\n', end - 1) + 1;
+    EXPECT_LE(end - begin, 60u) << text.substr(begin, end - begin);
+  }
+}
+
+}  // namespace
+}  // namespace nanhunt
