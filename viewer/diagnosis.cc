@@ -38,6 +38,12 @@ std::string Switchable(const FindingRow& f) {
   return f.top_op.empty() ? f.op : f.top_op;
 }
 
+// The op with the one it ran inside ("aten::bmm in aten::matmul"): an
+// inner op alone (aten::sum) does not say which line of the model it is.
+std::string OpWithinTop(const FindingRow& f) {
+  return f.top_op.empty() || f.top_op == f.op ? f.op : absl::StrCat(f.op, " in ", f.top_op);
+}
+
 std::string Percent(double share) { return absl::StrFormat("%.0f%%", 100 * share); }
 
 const PhaseTotals* Phase(const RunSummary& s, absl::string_view name) {
@@ -118,7 +124,7 @@ Diagnosis CastOverflow(const RunSummary& s, const FindingRow& f) {
   d.title = absl::StrCat("Forward overflow: values past fp16's 65504 cast to ",
                          f.dtype, " at step ", f.step);
   d.evidence.push_back(absl::StrCat(
-      "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      "step ", f.step, ": ", OpWithinTop(f),
       " cast finite values to ", f.dtype, " inf/NaN",
       f.fp32_max_abs && std::isfinite(*f.fp32_max_abs)
           ? absl::StrFormat(" (they were up to %.6g, %s the limit)",
@@ -163,7 +169,7 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
                               *f.fp32_max_abs, TimesFp16Max(*f.fp32_max_abs));
   }
   d.evidence.push_back(absl::StrCat(
-      "step ", f.step, ": ", f.op, f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      "step ", f.step, ": ", OpWithinTop(f),
       " turned finite inputs into ", f.dtype, " inf/NaN", reached,
       f.source.empty() ? "" : ", at " + f.source));
   AddWarningTrend(s, f, d);
@@ -408,7 +414,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     }
     d.op = w.op;
     d.evidence.push_back(absl::StrFormat(
-        "%s (%s) reached |x| = %.6g, %.0f%% of 65504, at step %d", w.op, w.phase,
+        "%s (%s) reached |x| = %.6g, %.0f%% of 65504, at step %d", OpWithinTop(w), w.phase,
         w.max_abs, 100 * w.max_abs / kFp16Max, w.step));
     d.fixes.push_back(absl::StrCat(
         "if it keeps growing it will overflow: NANHUNT_FP32_OPS=auto switches "
@@ -426,14 +432,14 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     d.evidence.push_back(absl::StrFormat(
         "the scaled gradients came to |x| = %.6g, %.0f%% of 65504 (%s, step %d): "
         "%s's doing, it grows the scale until they overflow",
-        scaled->max_abs, 100 * scaled->max_abs / kFp16Max, scaled->op, scaled->step,
+        scaled->max_abs, 100 * scaled->max_abs / kFp16Max, OpWithinTop(*scaled), scaled->step,
         skips.Who()));
   }
   if (wider != nullptr) {
     d.evidence.push_back(absl::StrFormat(
         "%s values of %s (%s) reached |x| = %.6g at step %d: past fp16's near-max "
         "threshold, safe as they run",
-        wider->dtype, wider->op, wider->phase, wider->max_abs, wider->step));
+        wider->dtype, OpWithinTop(*wider), wider->phase, wider->max_abs, wider->step));
   }
   if (backward != nullptr && backward->fp16_elements == 0 && backward->elements > 0 &&
       static_cast<double>(backward->underflow) >=

@@ -219,7 +219,8 @@ def test_flash_attentions_fp32_log_sum_exp_is_a_forecast_not_an_fp16_warning(out
     assert max(w["max_abs"] for w in warnings) > 65504
     d = view_json(out)["diagnosis"]
     assert d["title"] == "Healthy: no non-finite values, nothing close to fp16's limit", d
-    assert f"float32 values of {flash} (forward) reached" in " ".join(d["evidence"]), d
+    assert (f"float32 values of {flash} in aten::scaled_dot_product_attention (forward) reached"
+            in " ".join(d["evidence"])), d
     text = run([NANHUNT, "view", out]).stdout
     assert "WARNINGS BEFORE OVERFLOW" not in text, text
     # The long label is shortened, never its phase and dtype.

@@ -188,10 +188,11 @@ TEST(Diagnosis, AWiderFormatsScaledGradientIsNoForecast) {
   FindingRow forward = gradient;
   forward.phase = "forward";
   forward.max_abs = 70000;
+  forward.top_op = "aten::matmul";  // named with the op it ran in
   s.warnings = {gradient, forward};
   d = Diagnose(s);
   EXPECT_NE(std::find(d.evidence.begin(), d.evidence.end(),
-                      "float32 values of aten::mm (forward) reached |x| = 70000 at step 5: past "
+                      "float32 values of aten::mm in aten::matmul (forward) reached |x| = 70000 at step 5: past "
                       "fp16's near-max threshold, safe as they run"),
             d.evidence.end())
       << ::testing::PrintToString(d.evidence);
