@@ -13,6 +13,11 @@ struct Singularity {
   std::initializer_list<const char*> ops;
   const char* cause;
   const char* fix;
+  // Those of `ops` whose values stay within fp16's range for every finite
+  // input (a log, a square root, a softmax's [0, 1]): inf/NaN from them is
+  // the function's, whatever the format, even where no fp32 recomputation
+  // says so (results checked on a GPU, after the inputs may have changed).
+  std::initializer_list<const char*> bounded = {};
 };
 
 const Singularity kSingularities[] = {
@@ -20,17 +25,20 @@ const Singularity kSingularities[] = {
      "a logarithm of 0 is -inf, of a negative number NaN",
      "clamp the argument away from 0 (x.clamp_min(eps)), or stay in log space: "
      "F.logsigmoid, F.binary_cross_entropy_with_logits, F.log_softmax, "
-     "torch.logsumexp"},
+     "torch.logsumexp",
+     {"aten::log", "aten::log2", "aten::log10", "aten::log1p"}},
     {{"aten::div", "aten::div_", "aten::reciprocal", "aten::rsqrt", "aten::true_divide",
       "aten::remainder", "aten::fmod"},
      "a division by 0 is inf (0/0 is NaN)",
      "keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps)), or mask "
-     "the entries where it is 0"},
+     "the entries where it is 0",
+     {"aten::rsqrt"}},
     {{"aten::sqrt", "aten::pow", "aten::float_power"},
      "a square root or fractional power of a negative number is NaN (a variance "
      "computed by hand as E[x^2] - E[x]^2 can come out negative)",
      "clamp the argument at 0 (x.clamp_min(0)), or use torch.var, torch.std, "
-     "F.layer_norm, which compute it stably"},
+     "F.layer_norm, which compute it stably",
+     {"aten::sqrt"}},
     {{"aten::exp", "aten::exp2", "aten::expm1", "aten::sinh", "aten::cosh"},
      "exp passes even fp32's range from about 88.7 on",
      "subtract the maximum first, as torch.logsumexp, F.softmax and "
@@ -40,10 +48,12 @@ const Singularity kSingularities[] = {
      "a softmax over a row whose every entry is -inf (every position masked) is "
      "NaN",
      "keep at least one position of every row unmasked, or mask with a large "
-     "negative number (torch.finfo(dtype).min) instead of -inf"},
+     "negative number (torch.finfo(dtype).min) instead of -inf",
+     {"aten::_softmax", "aten::softmax", "aten::_safe_softmax"}},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
-     "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))"},
+     "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))",
+     {"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"}},
 };
 
 const Singularity* SingularityOf(const FindingRow& f) {
@@ -53,6 +63,29 @@ const Singularity* SingularityOf(const FindingRow& f) {
     }
   }
   return nullptr;
+}
+
+bool IsBounded(const Singularity& s, const FindingRow& f) {
+  for (const char* op : s.bounded) {
+    if (f.op == op || f.top_op == op) return true;
+  }
+  return false;
+}
+
+// Why inf/NaN with no fp32 recomputation to judge by (a GPU result) are
+// the function's and no overflow: its values stay in range, or only NaN
+// came out, which an overflow never makes (it gives ±inf). Empty if
+// neither.
+std::string NoOverflowWithoutRecomputation(const Singularity* s, const FindingRow& f) {
+  if (s == nullptr || f.fp32_max_abs) return "";
+  if (IsBounded(*s, f)) {
+    return absl::StrCat(f.op, " cannot overflow: its values stay within fp16's range, "
+                        "so more range would not help");
+  }
+  if (f.nan > 0 && f.posinf == 0 && f.neginf == 0) {
+    return "only NaN came out, and an overflow gives ±inf: more range would not help";
+  }
+  return "";
 }
 
 bool HasFp32Range(const std::string& dtype) {
@@ -144,8 +177,9 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
-  if (!recomputed_non_finite && !wide) return std::nullopt;
   const Singularity* singular = SingularityOf(f);
+  const std::string no_overflow = NoOverflowWithoutRecomputation(singular, f);
+  if (!recomputed_non_finite && !wide && no_overflow.empty()) return std::nullopt;
   Diagnosis d;
   d.kind = "invalid_math";
   d.op = f.op;
@@ -156,7 +190,9 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
       HasFp32Range(f.dtype)
           ? absl::StrCat("the outputs are ", f.dtype,
                          ", with fp32's range: fp16's limit is not what broke")
-          : "recomputed in fp32 it is not finite either: more range would not help");
+      : recomputed_non_finite
+          ? "recomputed in fp32 it is not finite either: more range would not help"
+          : no_overflow);
   if (singular != nullptr) d.evidence.push_back(singular->cause);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
   if (singular != nullptr) d.fixes.push_back(singular->fix);

@@ -208,5 +208,47 @@ TEST(Diagnosis, AHealthyRunSaysHowManyStepsItCheckedOnlyWhenItHadSome) {
   EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output of 12 steps was finite");
 }
 
+// A GPU result has no fp32 recomputation to tell overflow from the
+// function's own inf/NaN. Functions whose values stay in range (a softmax,
+// a log, a square root), and NaN alone (an overflow gives ±inf), are the
+// function's; an fp16 division's or exp's inf may be range.
+TEST(Diagnosis, WithoutRecomputationBoundedFunctionsAndNaNAloneAreNoOverflow) {
+  const auto diagnose = [](const char* op, int64_t nan, int64_t posinf, int64_t neginf) {
+    RunSummary s;
+    s.steps = 3;
+    FindingRow f;
+    f.kind = "origin";
+    f.op = op;
+    f.phase = "forward";
+    f.dtype = "float16";
+    f.step = 1;
+    f.nan = nan;
+    f.posinf = posinf;
+    f.neginf = neginf;
+    f.inputs = "#0 Half[4, 4] on the GPU";
+    s.first_origin = f;
+    s.nonfinite_steps = s.nonfinite_steps_kept = {1, 2};
+    return Diagnose(s);
+  };
+  Diagnosis d = diagnose("aten::_softmax", 4, 0, 0);
+  EXPECT_EQ(d.kind, "invalid_math");
+  EXPECT_NE(std::find(d.evidence.begin(), d.evidence.end(),
+                      "aten::_softmax cannot overflow: its values stay within fp16's range, so "
+                      "more range would not help"),
+            d.evidence.end())
+      << ::testing::PrintToString(d.evidence);
+  EXPECT_EQ(diagnose("aten::log", 0, 0, 2).kind, "invalid_math");
+  EXPECT_EQ(diagnose("aten::sqrt", 3, 0, 0).kind, "invalid_math");
+  d = diagnose("aten::div", 1, 0, 0);  // 0/0
+  EXPECT_EQ(d.kind, "invalid_math");
+  EXPECT_NE(std::find(d.evidence.begin(), d.evidence.end(),
+                      "only NaN came out, and an overflow gives ±inf: more range would not help"),
+            d.evidence.end())
+      << ::testing::PrintToString(d.evidence);
+  EXPECT_EQ(diagnose("aten::div", 1, 2, 0).kind, "forward_overflow");  // x / 1e-6 too
+  EXPECT_EQ(diagnose("aten::exp", 0, 5, 0).kind, "forward_overflow");
+  EXPECT_EQ(diagnose("aten::mm", 0, 5, 0).kind, "forward_overflow");
+}
+
 }  // namespace
 }  // namespace nanhunt
