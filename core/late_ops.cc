@@ -106,6 +106,7 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
   event.thread = op->thread;
   event.late_step = op->step;
   event.late_renumberings = op->renumberings;
+  event.late_generation = op->generation;
   event.kernels = op->kernels;
   event.loss_scaling = op->loss_scaling;
   event.scaled_gradients = op->scaled_gradients;
@@ -138,6 +139,9 @@ std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
       remember_(op->output_storages[i], StorageStateAfter(verdict, bad));
     }
   }
+  // A step's verdict on whether its inf/NaN were dropped may have waited
+  // for this result: asked now that the registry knows what it found.
+  if (monitor_->drops_ready()) monitor_->JudgeWaitingDrops();
   {
     absl::MutexLock lock(&mu_);
     const bool finding = verdict == Verdict::kOrigin || verdict == Verdict::kInput ||

@@ -68,6 +68,7 @@ struct LateOp {
   Phase phase = Phase::kForward;  // refined at enqueue (Monitor::RefinePhase)
   int64_t step = 0;               // at enqueue
   int64_t renumberings = 0;       // Monitor::Position's, at enqueue
+  int64_t generation = 0;         // Monitor::Position's, at enqueue
   bool grad_enabled = true, takes_grad_input = false;
   uint64_t thread = 0;
   // Inline for an op's usual one output and two inputs: one allocation an

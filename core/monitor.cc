@@ -255,7 +255,11 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
   {
     absl::MutexLock lock(&mu_);
     const double now = e.top_op.empty() ? clock_() : 0;
-    if (e.late_step >= 0) e.late_step = RenumberedLocked(e.late_step, e.late_renumberings);
+    if (e.late_step >= 0) {
+      e.late_step = RenumberedLocked(e.late_step, e.late_renumberings);
+      drops_.OpJudged(e.late_generation);
+      if (drops_.AnyReady(steps_.step())) drops_ready_.store(true, std::memory_order_relaxed);
+    }
     if (e.late_step < 0) {
       if (e.phase == Phase::kBackward) unjudged_counted_ = false;
       if (e.top_op.empty()) {
@@ -345,12 +349,18 @@ void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite) {
   }
   if (late != nullptr) {
     ++late->ops_count;
-    if (nonfinite) ++late->nonfinite_ops;
+    if (nonfinite) {
+      ++late->nonfinite_ops;
+      drops_.CountNonFinite(e.late_step);
+    }
     if (std::isfinite(max_abs)) late->max_abs = std::max(late->max_abs, max_abs);
     return;
   }
   ++call_index_;
-  if (nonfinite) ++step_nonfinite_ops_;
+  if (nonfinite) {
+    ++step_nonfinite_ops_;
+    drops_.CountNonFinite(steps_.step());
+  }
   if (std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
 }
 
@@ -379,8 +389,10 @@ void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
 
 Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
                                       bool takes_grad_input, bool top_level,
-                                      absl::FunctionRef<bool()> nonfinite_gradients_held) {
+                                      absl::FunctionRef<bool()> nonfinite_gradients_held,
+                                      bool result_follows) {
   absl::MutexLock lock(&mu_);
+  const int64_t generation = result_follows ? drops_.OpNoted() : 0;
   if (phase == Phase::kBackward) unjudged_counted_ = false;
   if (top_level) {
     JudgeIterationWithoutUpdateLocked(phase, grad_enabled, takes_grad_input,
@@ -392,7 +404,8 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
   StepStateChangedLocked();
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
   step_trained_ |= (takes_grad_input && grad_enabled) || refined == Phase::kBackward;
-  return Position{steps_.step(), refined, static_cast<int64_t>(renumberings_.size())};
+  return Position{steps_.step(), refined, static_cast<int64_t>(renumberings_.size()),
+                  generation};
 }
 
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
@@ -785,11 +798,13 @@ bool Monitor::StepHasNonFinite() const {
 
 void Monitor::OnOptimizerStepEnd(bool nonfinite_held) {
   absl::MutexLock lock(&mu_);
-  if (!nonfinite_held && step_nonfinite_ops_ > 0 && writer_ && !dropped_reported_) {
-    dropped_reported_ = true;
-    writer_->Add(EventRow{clock_(), kNonFiniteDropped,
-                          absl::StrCat("step ", steps_.step(), ": ",
-                                       kNonFiniteDroppedDetail)});
+  // In sample mode unsampled ops may have carried them anywhere: the
+  // caller says held, and no verdict waits.
+  const bool waits = config_.mode != Mode::kSample &&
+                     drops_.UpdateEnded(steps_.step(), step_nonfinite_ops_);
+  if (!waits && step_nonfinite_ops_ > 0) {
+    update_made_nonfinite_.store(true, std::memory_order_relaxed);
+    if (!nonfinite_held) WriteDroppedLocked(steps_.step());
   }
   if (config_.mode == Mode::kSample) {
     // A step an optimizer record (StepTracker::OnOptimizerStepEnd).
@@ -803,6 +818,42 @@ void Monitor::OnOptimizerStepEnd(bool nonfinite_held) {
   update_ended_at_ = clock_();
   steps_.OnOptimizerStepEnd();
   StepStateChangedLocked();
+}
+
+void Monitor::WriteDroppedLocked(int64_t step) {
+  if (step <= last_dropped_step_) return;
+  last_dropped_step_ = step;
+  if (writer_) {
+    writer_->Add(EventRow{clock_(), kNonFiniteDropped,
+                          absl::StrCat("step ", step, ": ", kNonFiniteDroppedDetail)});
+  }
+}
+
+void Monitor::set_nonfinite_held(std::function<bool()> held) {
+  absl::MutexLock lock(&mu_);
+  nonfinite_held_ = std::move(held);
+}
+
+void Monitor::JudgeWaitingDrops() {
+  std::vector<DropVerdicts::Waiting> ready;
+  std::function<bool()> held;
+  {
+    absl::MutexLock lock(&mu_);
+    drops_ready_.store(false, std::memory_order_relaxed);
+    ready = drops_.TakeReady(steps_.step());
+    held = nonfinite_held_;
+  }
+  bool made_any = false;
+  for (const DropVerdicts::Waiting& w : ready) made_any |= w.nonfinite_ops > 0;
+  if (!made_any) return;
+  update_made_nonfinite_.store(true, std::memory_order_relaxed);
+  // Asked without the lock: the query takes the registry's. Every ready
+  // step is judged by the same answer, given now.
+  if (!held || held()) return;
+  absl::MutexLock lock(&mu_);
+  for (const DropVerdicts::Waiting& w : ready) {
+    if (w.nonfinite_ops > 0) WriteDroppedLocked(w.step);
+  }
 }
 
 template <class Ops>
@@ -881,7 +932,6 @@ void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
   step_max_abs_ = 0;
   step_bad_backward_op_.clear();
   step_bad_forward_op_.clear();
-  dropped_reported_ = false;
   step_started_ = now;
 }
 

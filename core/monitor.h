@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "core/check_limits.h"
 #include "core/config.h"
+#include "core/drop_verdicts.h"
 #include "core/phase.h"
 #include "core/step_tracker.h"
 #include "core/trace_rows.h"
@@ -143,6 +144,8 @@ struct OpEvent {
   // How many step renumberings the monitor had made when the op was
   // enqueued (Position::renumberings): those made since apply to late_step.
   int64_t late_renumberings = 0;
+  // The update generation it was noted in (Position::generation).
+  int64_t late_generation = 0;
   absl::string_view kernels;  // GPU kernels it launched, when known
   // The op reads or writes GradScaler's loss scale (the scaled loss, its
   // gradient, the scale's own update): its values exceed fp16's range on
@@ -230,13 +233,18 @@ class Monitor {
   // that begins an iteration after one with non-finite gradients and no
   // update is judged as OnOp judges it (program_skips), by
   // `nonfinite_gradients_held` (OpContext::NonFiniteGradientsHeld).
+  // `result_follows`: the op's result will be given to OnOp (a composite
+  // op's is its nested ops'); a step's verdict on whether its inf/NaN were
+  // dropped waits for it (OnOptimizerStepEnd).
   struct Position {
     int64_t step;
     Phase phase;
     int64_t renumberings;  // OpEvent::late_renumberings
+    int64_t generation;    // OpEvent::late_generation
   };
   Position NoteLateOp(Phase phase, bool grad_enabled, bool takes_grad_input,
-                      bool top_level, absl::FunctionRef<bool()> nonfinite_gradients_held);
+                      bool top_level, absl::FunctionRef<bool()> nonfinite_gradients_held,
+                      bool result_follows = true);
   // Whether a top-level op would begin an iteration after one whose
   // backward pass had no update, and be asked whether the program skipped
   // it (not in sample mode). On a GPU the backward pass's results must be
@@ -262,8 +270,27 @@ class Monitor {
   // may still be alive as the optimizer step ends. When none is and the
   // step made some, they went with the temporaries that held them (a
   // softmax's NaN over padding, zeroed right after): an event
-  // kNonFiniteDropped says so for the step.
+  // kNonFiniteDropped says so for the step. While results of GPU ops noted
+  // before are still to come (not in sample mode), the verdict waits for
+  // them instead, and is asked of the query set_nonfinite_held gave once
+  // they are in (JudgeWaitingDrops): later than on the CPU, so a tensor
+  // freed in between counts as dropped.
   void OnOptimizerStepEnd(bool nonfinite_held = true);
+  // Whether a step's verdict no longer waits for any GPU result: the
+  // caller then calls JudgeWaitingDrops, after it has told the registry
+  // what the last result found. One load, no lock.
+  bool drops_ready() const { return drops_ready_.load(std::memory_order_relaxed); }
+  // Whether a step that ran an optimizer step had made inf/NaN: from then
+  // on the plugin delivers a GPU step's results before its optimizer step
+  // ends, so that its verdict is given then, as on the CPU (one wait a
+  // step, in runs that make inf/NaN and update on them).
+  bool update_made_nonfinite() const {
+    return update_made_nonfinite_.load(std::memory_order_relaxed);
+  }
+  void JudgeWaitingDrops() ABSL_LOCKS_EXCLUDED(mu_);
+  // What OnOptimizerStepEnd's `nonfinite_held` says, asked when it is
+  // wanted (any thread; without the monitor's lock).
+  void set_nonfinite_held(std::function<bool()> held);
   // Whether a checked op of the open step had inf/NaN outputs.
   bool StepHasNonFinite() const;
 
@@ -401,6 +428,8 @@ class Monitor {
                                          absl::FunctionRef<bool()> nonfinite_gradients_held,
                                          double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordProgramSkipLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The events row kNonFiniteDropped for `step`, once.
+  void WriteDroppedLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `e`'s outputs (largest magnitude `max_abs`) to its op's statistics
   // and to the step's totals (counted an op with non-finite outputs when
   // `nonfinite`).
@@ -456,9 +485,14 @@ class Monitor {
   std::optional<double> update_ended_at_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> step_may_begin_{false};  // steps_.step_may_begin(), kept by
                                              // StepStateChangedLocked
-  // kNonFiniteDropped was written for the open step (one an optimizer
-  // record: a step of several has its verdict at each).
-  bool dropped_reported_ ABSL_GUARDED_BY(mu_) = false;
+  // Verdicts waiting for GPU results, and the last step kNonFiniteDropped
+  // was written for (once a step, though a step of several optimizer
+  // records has its verdict at each).
+  DropVerdicts drops_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> drops_ready_{false};
+  std::atomic<bool> update_made_nonfinite_{false};
+  int64_t last_dropped_step_ ABSL_GUARDED_BY(mu_) = -1;
+  std::function<bool()> nonfinite_held_ ABSL_GUARDED_BY(mu_);
   // The step ran forward ops on parameters or backward ops: training, not
   // the bookkeeping after the last step (logging, saving).
   bool step_trained_ ABSL_GUARDED_BY(mu_) = false;

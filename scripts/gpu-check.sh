@@ -49,6 +49,17 @@ failed=()
 # second look at a figure when device time is short.
 read -r bench_modes bench_rounds <<<"${GPU_CHECK_BENCH:-}"
 
+# Runs tests/integration/scripts/SCRIPT ARGS... on CUDA under nanhunt into
+# the folder RUN, with RUN.log its output and RUN.json `nanhunt view --json`.
+on_cuda() {
+  local run=$1 script=$2
+  shift 2
+  rm -rf "$run"
+  DEVICE=cuda "$build"/bin/nanhunt run --out "$run" -- "$python" \
+    "tests/integration/scripts/$script" "$@" > "$run.log" 2>&1 || true
+  "$build"/bin/nanhunt view --json "$run" > "$run.json" || true
+}
+
 "$python" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PYTHON="$python" \
   ${prefix:+-DCMAKE_PREFIX_PATH=$prefix/usr -DCMAKE_INCLUDE_PATH=$prefix/usr/include -DCMAKE_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu} \
@@ -113,10 +124,7 @@ fi
 
 echo "== Hugging Face's torch.finfo(dtype).min masks on CUDA: healthy; beside them, a real overflow"
 for overflow in -1 2; do
-  rm -rf "$build/finfo-$overflow"
-  DEVICE=cuda OVERFLOW=$overflow "$build"/bin/nanhunt run --out "$build/finfo-$overflow" -- \
-    "$python" tests/integration/scripts/finfo_min_masks.py > "$build/finfo-$overflow.log" 2>&1 || true
-  "$build"/bin/nanhunt view --json "$build/finfo-$overflow" > "$build/finfo-$overflow.json" || true
+  OVERFLOW=$overflow on_cuda "$build/finfo-$overflow" finfo_min_masks.py
 done
 ("$python" - "$build" <<'PY'
 import json, sys
@@ -138,10 +146,7 @@ PY
 ) | tee "$build"/finfo-check.txt || { failed+=("finfo.min masks on CUDA"); tail -20 "$build/finfo--1.log"; }
 
 echo "== Adam's foreach update on fp16 weights on CUDA: checked as it writes, its fp16 state named"
-rm -rf "$build"/adam-fp16
-DEVICE=cuda "$build"/bin/nanhunt run --out "$build"/adam-fp16 -- "$python" \
-  tests/integration/scripts/adam_on_fp16_weights.py foreach > "$build"/adam-fp16.log 2>&1 || true
-"$build"/bin/nanhunt view --json "$build"/adam-fp16 > "$build"/adam-fp16.json || true
+on_cuda "$build"/adam-fp16 adam_on_fp16_weights.py foreach
 ("$python" - "$build"/adam-fp16.json <<'PY'
 import json, sys
 try:
@@ -159,10 +164,7 @@ PY
 
 echo "== a loss scaler of the program's own on CUDA: its skips followed, the run healthy"
 for mode in set-to-none in-place accumulate; do  # side by side: mostly torch's start-up
-  rm -rf "$build/own-scaler-$mode"
-  (DEVICE=cuda "$build"/bin/nanhunt run --out "$build/own-scaler-$mode" -- "$python" \
-     tests/integration/scripts/own_loss_scaler.py "$mode" > "$build/own-scaler-$mode.log" 2>&1 || true
-   "$build"/bin/nanhunt view --json "$build/own-scaler-$mode" > "$build/own-scaler-$mode.json" || true) &
+  on_cuda "$build/own-scaler-$mode" own_loss_scaler.py "$mode" &
 done
 wait
 ("$python" - "$build" <<'PY'
@@ -189,11 +191,7 @@ PY
 echo "== several optimizer steps an iteration on CUDA: one step each, the overflow in its iteration"
 for layout in two-optimizers in-backward; do
   for phase in forward backward; do
-    run="$build/several-$layout-$phase"
-    rm -rf "$run"
-    (DEVICE=cuda "$build"/bin/nanhunt run --out "$run" -- "$python" \
-       tests/integration/scripts/several_optimizers.py "$layout" "$phase" > "$run.log" 2>&1 || true
-     "$build"/bin/nanhunt view --json "$run" > "$run.json" || true) &
+    on_cuda "$build/several-$layout-$phase" several_optimizers.py "$layout" "$phase" &
   done
 done
 wait
@@ -220,6 +218,28 @@ for layout in ("two-optimizers", "in-backward"):
 sys.exit(1 if bad else 0)
 PY
 ) | tee "$build"/several-check.txt || { failed+=("several optimizers on CUDA"); tail -20 "$build"/several-in-backward-backward.log; }
+
+echo "== a softmax's NaN over padding, zeroed each step, on CUDA: dropped, healthy; kept: the softmax's own"
+for mode in dropped kept; do
+  on_cuda "$build/padded-$mode" padded_attention_by_hand.py "$mode" &
+done
+wait
+("$python" - "$build" <<'PY'
+import json, sys
+bad = 0
+for mode, kind in (("dropped", "healthy"), ("kept", "invalid_math")):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/padded-{mode}.json"))
+    except Exception as e:
+        r = {"error": repr(e)}
+    o, d = r.get("first_origin") or {}, r.get("diagnosis") or {}
+    ok = (o.get("op"), o.get("step"), d.get("kind")) == ("aten::_softmax", 0, kind)
+    bad += not ok
+    print(f"padded attention, {mode}, CUDA: first origin {o.get('op')} step {o.get('step')}, "
+          f"diagnosis {d.get('kind')}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if bad else 0)
+PY
+) | tee "$build"/padded-check.txt || { failed+=("padded attention on CUDA"); tail -20 "$build"/padded-dropped.log; }
 
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
@@ -351,7 +371,7 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check \
+for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
     streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"

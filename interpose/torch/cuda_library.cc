@@ -77,6 +77,8 @@ void StartKernelNames(CudaLibrary& l, Session& session) {
 
 void DeliverWhileDrainingAtExit(bool on) { g_draining_at_exit.store(on); }
 
+bool DrainingAtExit() { return g_draining_at_exit.load(); }
+
 bool KernelNamesWanted() { return g_names_wanted.load(std::memory_order_relaxed); }
 
 LateOps* LateResults() { return g_late; }

@@ -82,6 +82,10 @@ struct Pending {
 // at exit (DeliverWhileDrainingAtExit), before its trace is closed.
 void DeliverResult(void* context, const CheckCounts* counts);
 void DeliverWhileDrainingAtExit(bool on);
+// Whether that drain is under way: the program has stopped (its training
+// function returned, a C++ program's main), so what is still alive then
+// says nothing of what a step left behind.
+bool DrainingAtExit();
 
 // Enqueues the checks of `described` (one tensor, or up to
 // NANHUNT_MAX_BATCH tensors) on `stream` of `device`; each context comes

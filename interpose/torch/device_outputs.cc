@@ -24,7 +24,13 @@ namespace {
 CudaLibrary& Library(Session& session) {
   static CudaLibrary& lib = [&]() -> CudaLibrary& {
     CudaLibrary& loaded = LoadCudaLibrary(session, &StorageStateOf, &RememberLateOutput);
-    if (loaded.unavailable.empty()) StartHoldingChecks(session, loaded);
+    if (loaded.unavailable.empty()) {
+      StartHoldingChecks(session, loaded);
+      // A step's verdict on its inf/NaN, once its GPU results are in; none
+      // at exit, when the program's tensors are going anyway.
+      session.monitor().set_nonfinite_held(
+          [] { return DrainingAtExit() || NonFiniteStillHeld(); });
+    }
     return loaded;
   }();
   return lib;
@@ -89,7 +95,8 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   if (traits.composite) {
     if (call.top_level) {
       session.monitor().NoteLateOp(call.phase, call.grad_enabled, call.takes_grad_input,
-                                   /*top_level=*/true, GradientsStillHeld);
+                                   /*top_level=*/true, GradientsStillHeld,
+                                   /*result_follows=*/false);
     }
     return true;
   }
@@ -123,6 +130,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       call.phase, call.grad_enabled, call.takes_grad_input, call.top_level, GradientsStillHeld);
   op->step = position.step;
   op->renumberings = position.renumberings;
+  op->generation = position.generation;
   op->phase = position.phase;
   op->scaled_gradients = ScaledGradients(op->phase);
   const CheckLimits& limits = session.monitor().limits();
@@ -337,6 +345,17 @@ void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& ses
   if (LateResults() == nullptr ||
       !session.monitor().JudgesIterationWithoutUpdate(call.phase, call.grad_enabled,
                                                       call.takes_grad_input)) {
+    return;
+  }
+  const CudaLibrary& lib = Library(session);
+  if (!lib.unavailable.empty() || CurrentStreamCaptures(lib)) return;
+  EnqueueEverythingHeld();
+  lib.drain();
+}
+
+void DeliverResultsBeforeUpdateVerdict(Session& session) {
+  if (LateResults() == nullptr || session.sampler() != nullptr ||
+      !session.monitor().update_made_nonfinite()) {
     return;
   }
   const CudaLibrary& lib = Library(session);

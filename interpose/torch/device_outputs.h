@@ -66,6 +66,12 @@ void NoteHostReadOfDevice();
 // the ops after them that freed or zeroed its gradients. An iteration that
 // read nothing from the GPU cannot have decided to skip: no wait.
 void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& session);
+// As an optimizer step ends, once a step that updated had made inf/NaN
+// (Monitor::update_made_nonfinite; not in sample mode, nor while the
+// thread's stream captures a graph): every check enqueued so far is
+// delivered (waiting for the GPU), so that the step's verdict on whether
+// its inf/NaN outlived it is given now, by what is alive now.
+void DeliverResultsBeforeUpdateVerdict(Session& session);
 
 
 // For the trace: what was enqueued (EnqueueTotals), ring waits, kernel

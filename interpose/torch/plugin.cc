@@ -913,6 +913,7 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
             // every op is checked: in sample mode an unsampled op may have
             // carried them into a weight unseen.
             Monitor& monitor = Session::Get()->monitor();
+            DeliverResultsBeforeUpdateVerdict(*Session::Get());
             monitor.OnOptimizerStepEnd(Session::Get()->sampler() != nullptr ||
                                        !monitor.StepHasNonFinite() || NonFiniteStillHeld());
           }

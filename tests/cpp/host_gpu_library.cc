@@ -173,3 +173,18 @@ HOST_GPU_API void nanhunt_cuda_drain(void) {
 }
 
 HOST_GPU_API long long nanhunt_cuda_waits(void) { return 0; }
+
+// Not libnanhunt_cuda.so's: for tests/cpp/host_gpu_ops.cc, which finds it
+// by this library's soname. Waits until the drain thread has delivered all
+// but HOST_GPU_LAG results, as a GPU catches up while the host waits (for
+// its next batch, a .item()): what has been delivered by a point of the
+// program is then the same in every run.
+HOST_GPU_API void host_gpu_settle(void) {
+  Library& lib = Lib();
+  absl::MutexLock lock(&lib.mu);
+  lib.mu.Await(absl::Condition(
+      +[](Library* l) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return l->queue.size() <= l->lag && l->in_delivery == 0;
+      },
+      &lib));
+}

@@ -49,7 +49,13 @@
 //                                     captured: each iteration's linear
 //                                     but the first on a stream capturing
 //                                     a CUDA graph
+//   host_gpu_ops dropped [kept]       a softmax's NaN over a fully masked
+//                                     row, zeroed right after, each step,
+//                                     with results arriving after the
+//                                     step's optimizer step; kept: the
+//                                     softmaxes kept in a list
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -500,6 +506,66 @@ int OwnLossScaler(bool accumulate, bool captured) {
   return 0;
 }
 
+std::vector<at::Tensor> g_logged;  // Dropped(kept): the softmaxes, kept
+
+// Under the stand-in library: lets its drain thread deliver all but
+// HOST_GPU_LAG results (host_gpu_settle), so that each run delivers the
+// same results by the same point. Unmonitored: nothing to wait for.
+void SettleResults() {
+  using Settle = void (*)();
+  static const Settle settle = [] {
+    void* stand_in = dlopen("libhost_gpu_library.so", RTLD_NOW | RTLD_NOLOAD);
+    return stand_in != nullptr ? reinterpret_cast<Settle>(dlsym(stand_in, "host_gpu_settle"))
+                               : nullptr;
+  }();
+  if (settle != nullptr) settle();
+}
+
+// Attention written by hand over padded keys (as
+// tests/integration/scripts/padded_attention_by_hand.py, on the GPU): the
+// keys of the last row are all padding, masked with -inf, so its softmax
+// row is NaN, zeroed right after by masked_fill. Around it, real CPU
+// training with an optimizer record a step; each step's GPU results arrive
+// after its optimizer step ended (HOST_GPU_LAG). kept: the softmaxes are
+// also kept in a list, so the NaN outlives every step.
+int Dropped(bool kept) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(8, 1);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
+  const torch::Tensor x = torch::randn({16, 8});
+  const torch::Tensor y = torch::randn({16, 1});
+  const at::Tensor padding = OnGpu(Unseen([] {
+    at::Tensor m = torch::zeros({4, 4}, torch::kBool);
+    m[3].fill_(true);
+    return m;
+  }));
+  for (int step = 0; step < 4; ++step) {
+    optimizer.zero_grad();
+    torch::Tensor out = model->forward(x);  // begins the step
+    {
+      const at::Tensor scores = GpuFull({4, 4}, 0.5);
+      const at::Tensor masked =
+          GpuOp("aten::masked_fill", "Scalar", {scores, padding, c10::Scalar(-INFINITY)},
+                [&] { return HostOf(scores).masked_fill(HostOf(padding), -INFINITY); });
+      const at::Tensor weights = GpuOp("aten::_softmax", "", {masked, int64_t{-1}, false}, [&] {
+        return at::_softmax(HostOf(masked).to(at::kFloat), -1, false).to(at::kHalf);
+      });
+      GpuOp("aten::masked_fill", "Scalar", {weights, padding, c10::Scalar(0.0)},
+            [&] { return HostOf(weights).masked_fill(HostOf(padding), 0.0); });
+      if (kept) g_logged.push_back(weights);
+    }  // the NaN softmax is freed here, unless kept
+    torch::Tensor loss = torch::mse_loss(out, y);
+    loss.backward();
+    SettleResults();  // the GPU catches up to 4 results behind
+    {
+      RECORD_USER_SCOPE("Optimizer.step#SGD.step");
+      optimizer.step();
+    }
+  }
+  std::printf("trained 4 steps, %zu softmaxes kept\n", g_logged.size());
+  return 0;
+}
+
 // a + a for a few fp16 values, with no ATen op on the host: an op as
 // small as a GPU op is to the host, and nothing else the callbacks see.
 at::Tensor PlainAdd(const at::Tensor& a) {
@@ -545,7 +611,8 @@ int main(int argc, char** argv) {
     const std::string how = argc > 2 ? argv[2] : "";
     return OwnLossScaler(how == "accumulate", how == "captured");
   }
+  if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | dropped [kept] | loop N\n");
   return 2;
 }

@@ -261,6 +261,43 @@ def test_gradients_held_for_the_next_micro_batch_are_no_skip_on_a_gpu(out):
     assert steps[0][2] == 1
 
 
+def dropped_steps(out):
+    (trace,) = sorted(out.glob("*.sqlite"))
+    return [int(detail.split(":")[0].split()[1]) for (detail,) in sqlite3.connect(trace).execute(
+        "SELECT detail FROM events WHERE kind = 'nonfinite_dropped' ORDER BY time")]
+
+
+@pytest.mark.parametrize("mode,lag", [("dropped", "4"), ("kept", "4"), ("dropped", "100000")])
+def test_a_gpu_steps_inf_nan_dropped_within_it_are_judged_once_its_results_are_in(
+        out, tmp_path, mode, lag):
+    # padded_attention_by_hand.py's softmax on a GPU: NaN over a fully
+    # masked row every step, zeroed right after; each step's results come
+    # in after its optimizer step ended. Once they are in, and the program
+    # has trained on, no tensor holds the NaN: dropped, healthy. Kept in a
+    # list, it is held: the softmax's own NaN, not an fp16 overflow (no
+    # fp32 recomputation on a GPU, but a softmax cannot overflow). Results
+    # that come in only at exit, when the program's tensors are going
+    # anyway, give no verdict.
+    calls = run_logged(["dropped", *(["kept"] if mode == "kept" else [])], out, tmp_path,
+                       HOST_GPU_LAG=lag)
+    report = view_json(out)
+    first = report["first_origin"]
+    assert (first["op"], first["step"]) == ("aten::_softmax", 0), first
+    d = report["diagnosis"]
+    if (mode, lag) == ("dropped", "4"):
+        assert d["title"].startswith("Healthy: the inf/NaN made in each step were dropped"), d
+        assert any("in 4 of 4 steps" in e for e in d["evidence"]), d
+        assert dropped_steps(out) == [0, 1, 2, 3]
+    else:
+        assert d["title"] == ("Not an fp16 overflow: aten::_softmax made inf/NaN from finite "
+                              "inputs at step 0"), d
+        assert dropped_steps(out) == []
+    # Step 0 was judged when its results came in, in step 2; from then on,
+    # a step that updated having made NaN, each optimizer step's end waits
+    # for the results (steps 2 and 3), and its verdict is given there.
+    assert calls.count("drain") == (0 if lag == "100000" else 2), calls
+
+
 def test_gpu_ops_leave_the_program_bit_identical(out):
     plain = run([PROGRAM, "overflow", "3", "6"])
     monitored = run_gpu_ops(["overflow", "3", "6"], out, STAND_IN_PRELOAD)

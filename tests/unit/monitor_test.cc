@@ -39,6 +39,10 @@ class FakeContext : public OpContext {
   bool NonFiniteGradientsHeld() override { return gradients_held; }
 };
 
+// What the plugin answers for a GPU op that begins an iteration: whether
+// the last one's non-finite gradients are still held (here: yes, when asked).
+bool GradientsHeld() { return true; }
+
 TensorFacts Fp16(uint64_t posinf, uint16_t max_bits = 0x5000) {
   TensorFacts t;
   t.format = Format::kF16;
@@ -887,6 +891,98 @@ TEST_F(TracedMonitorTest, GpuResultsOfABackwardPassJudgeTheIterationAfterIt) {
   EXPECT_EQ(t->program_skipped_steps, std::vector<int64_t>{1});
 }
 
+// On a GPU, a step's results arrive after its optimizer step has ended:
+// whether the inf/NaN it made were dropped (every tensor that held them
+// freed) is asked once they are all in, after the registry has been told
+// what the last one found (LateOps calls JudgeWaitingDrops then).
+TEST_F(TracedMonitorTest, AStepsVerdictOnItsInfNanWaitsForItsGpuResults) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  const TensorFacts nan = [] {
+    TensorFacts t = Fp16(0, 0x3C00);
+    t.counts.nan = 2;  // a softmax over a fully masked row
+    return t;
+  }();
+  const TensorFacts fine = Fp16(0, 0x4000);
+  bool held = false;
+  int asked = 0;
+  m.set_nonfinite_held([&] {
+    ++asked;
+    return held;
+  });
+  const auto enqueue = [&](Phase phase) {
+    return m.NoteLateOp(phase, true, phase == Phase::kForward, true, GradientsHeld);
+  };
+  const auto deliver = [&](const Monitor::Position& at, const TensorFacts& out) {
+    OpEvent e;
+    e.op = at.phase == Phase::kBackward ? "aten::mm" : "aten::_softmax";
+    e.phase = at.phase;
+    e.late_step = at.step;
+    e.late_renumberings = at.renumberings;
+    e.late_generation = at.generation;
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    m.OnOp(e, ctx);
+    if (m.drops_ready()) m.JudgeWaitingDrops();
+  };
+  // A step whose softmax made NaN, with results `lag` ops behind.
+  std::vector<std::pair<Monitor::Position, const TensorFacts*>> in_flight;
+  const auto step = [&](bool makes_nan, size_t lag) {
+    in_flight.push_back({enqueue(Phase::kForward), makes_nan ? &nan : &fine});
+    in_flight.push_back({enqueue(Phase::kBackward), &fine});
+    while (in_flight.size() > lag) {
+      deliver(in_flight.front().first, *in_flight.front().second);
+      in_flight.erase(in_flight.begin());
+    }
+    m.OnOptimizerStepBegin();
+    // What the plugin passes: no inf/NaN seen yet in this step, or held.
+    m.OnOptimizerStepEnd(/*nonfinite_held=*/true);
+  };
+  step(/*makes_nan=*/true, /*lag=*/2);  // step 0: its NaN comes in later
+  EXPECT_FALSE(m.drops_ready());
+  EXPECT_EQ(asked, 0);
+  step(true, 2);  // step 0's results in, nothing held: dropped
+  EXPECT_EQ(asked, 1);
+  held = true;
+  step(false, 2);  // step 1's in, its NaN still held: not dropped
+  EXPECT_EQ(asked, 2);
+  held = false;
+  step(true, 1);  // step 2 made none: not asked; step 3's NaN came in before its end
+  EXPECT_EQ(asked, 2);
+  step(false, 0);  // step 3 judged at step 4's first result; step 4 at its end
+  EXPECT_EQ(asked, 3);
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->dropped_steps, (std::vector<int64_t>{0, 3}));
+}
+
+// In sample mode no verdict waits: unsampled ops may have carried the
+// inf/NaN anywhere.
+TEST(SampleModeMonitor, LeavesNoVerdictWaitingForGpuResults) {
+  Config config;
+  config.mode = Mode::kSample;
+  Monitor m(config, nullptr);
+  int asked = 0;
+  m.set_nonfinite_held([&] {
+    ++asked;
+    return false;
+  });
+  const Monitor::Position at = m.NoteLateOp(Phase::kForward, true, true, true, GradientsHeld);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  FakeContext ctx;
+  TensorFacts nan = Fp16(0);
+  nan.counts.nan = 1;
+  OpEvent e;
+  e.op = "aten::_softmax";
+  e.late_step = at.step;
+  e.late_generation = at.generation;
+  e.outputs = absl::MakeConstSpan(&nan, 1);
+  m.OnOp(e, ctx);
+  EXPECT_FALSE(m.drops_ready());
+  EXPECT_EQ(asked, 0);
+}
+
 // At exit, a step whose backward pass had no update after it is
 // unfinished: no verdict on its gradients. A C++ program (no optimizer
 // records) whose last update ran (ops with grad mode off) finished its
@@ -924,9 +1020,6 @@ TEST_F(CppProgramExitTest, StoppedAfterItsBackwardPassItsStepIsUnfinished) {
   EXPECT_EQ(UnfinishedSteps(/*updated=*/false), std::vector<int64_t>{1});
 }
 
-// What the plugin answers for a GPU op that begins an iteration: whether
-// the last one's non-finite gradients are still held (here: yes, when asked).
-bool GradientsHeld() { return true; }
 
 // The host runs ahead of the GPU: a step ends at its last op's launch, and
 // results of its ops may come in while the next step runs. They count in

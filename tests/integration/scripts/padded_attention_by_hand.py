@@ -7,20 +7,24 @@
 #   leak     not zeroed: it reaches the weights
 #   buffer   zeroed, but first averaged into a running statistic
 #   kept     zeroed, but the softmax is kept in a list (logged for later)
-# Prints whether the weights and the statistic ended finite.
+# Prints whether the weights and the statistic ended finite. DEVICE=cuda
+# runs it on a GPU (scripts/gpu-check.sh), where each step's results come
+# in after its optimizer step.
+import os
 import sys
 
 import torch
 
 mode = sys.argv[1]
+device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 B, T, D = 4, 8, 16
-proj = torch.nn.Linear(D, 3 * D)
-out = torch.nn.Linear(D, 1)
+proj = torch.nn.Linear(D, 3 * D).to(device)
+out = torch.nn.Linear(D, 1).to(device)
 opt = torch.optim.SGD([*proj.parameters(), *out.parameters()], lr=0.01)
-lengths = torch.tensor([8, 5, 3, 0])  # the last sequence is all padding
-keep = torch.arange(T)[None] < lengths[:, None]
-stats = torch.zeros(T)
+lengths = torch.tensor([8, 5, 3, 0], device=device)  # the last sequence is all padding
+keep = torch.arange(T, device=device)[None] < lengths[:, None]
+stats = torch.zeros(T, device=device)
 logged = []
 
 
@@ -39,7 +43,7 @@ def attend(x):
 
 
 for step in range(4):
-    x, y = torch.randn(B, T, D), torch.randn(B, 1)
+    x, y = torch.randn(B, T, D, device=device), torch.randn(B, 1, device=device)
     loss = torch.nn.functional.mse_loss(out(attend(x)), y)
     opt.zero_grad()
     loss.backward()
