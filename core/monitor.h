@@ -233,15 +233,15 @@ class Monitor {
   // that begins an iteration after one with non-finite gradients and no
   // update is judged as OnOp judges it (program_skips), by
   // `nonfinite_gradients_held` (OpContext::NonFiniteGradientsHeld).
-  // `result_follows`: the op's result will be given to OnOp (a composite
-  // op's is its nested ops'); a step's verdict on whether its inf/NaN were
-  // dropped waits for it (OnOptimizerStepEnd).
   struct Position {
     int64_t step;
     Phase phase;
     int64_t renumberings;  // OpEvent::late_renumberings
     int64_t generation;    // OpEvent::late_generation
   };
+  // `result_follows`: the op's result will be given to OnOp (a composite
+  // op's is its nested ops'); a step's verdict on whether its inf/NaN were
+  // dropped waits for it (OnOptimizerStepEnd).
   Position NoteLateOp(Phase phase, bool grad_enabled, bool takes_grad_input,
                       bool top_level, absl::FunctionRef<bool()> nonfinite_gradients_held,
                       bool result_follows = true);

@@ -38,12 +38,6 @@ std::string Switchable(const FindingRow& f) {
   return f.top_op.empty() ? f.op : f.top_op;
 }
 
-// The op with the one it ran inside ("aten::bmm in aten::matmul"): an
-// inner op alone (aten::sum) does not say which line of the model it is.
-std::string OpWithinTop(const FindingRow& f) {
-  return f.top_op.empty() || f.top_op == f.op ? f.op : absl::StrCat(f.op, " in ", f.top_op);
-}
-
 std::string Percent(double share) { return absl::StrFormat("%.0f%%", 100 * share); }
 
 const PhaseTotals* Phase(const RunSummary& s, absl::string_view name) {

@@ -107,8 +107,7 @@ std::string WhatCameOut(const FindingRow& f) {
 // 64, at model.py:12 in forward".
 std::string WhatItGave(const FindingRow& f) {
   return absl::StrCat(
-      "step ", f.step, ": ", f.op,
-      f.top_op.empty() || f.top_op == f.op ? "" : " in " + f.top_op,
+      "step ", f.step, ": ", OpWithinTop(f),
       f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
       " gave ", f.dtype, " outputs with ", WhatCameOut(f),
       f.source.empty() ? "" : ", at " + f.source);

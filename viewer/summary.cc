@@ -177,6 +177,10 @@ bool FromMask(const FindingRow& f) {
   return absl::StrContains(f.inputs, "put there by a mask");
 }
 
+std::string OpWithinTop(const FindingRow& f) {
+  return f.top_op.empty() || f.top_op == f.op ? f.op : absl::StrCat(f.op, " in ", f.top_op);
+}
+
 std::string TimesFp16Max(double v) {
   const double r = v / kFp16Max;
   return r < 100 ? absl::StrFormat("%.2fx", r) : absl::StrFormat("%.3gx", r);

@@ -105,6 +105,11 @@ std::string FormatAbs(double v);
 // monitor.cc says so in the description of such an input).
 bool FromMask(const FindingRow& f);
 
+// A finding's op with the one it ran in, for sentences ("aten::bmm in
+// aten::matmul"): an inner op alone (aten::sum) does not say which line of
+// the model it is.
+std::string OpWithinTop(const FindingRow& f);
+
 // `v` as a multiple of fp16's 65504: "2.00x", "5.19e+33x" (an fp32 mask
 // of torch.finfo(torch.float32).min, not 34 digits).
 std::string TimesFp16Max(double v);

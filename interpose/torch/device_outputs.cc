@@ -333,6 +333,15 @@ bool CurrentStreamCaptures(const CudaLibrary& lib) {
   char text[256] = {};
   return lib.stream_takes_checks(impl->getDevice().index(), stream, text, sizeof(text)) != 1;
 }
+
+// Waits for every check enqueued so far, held ones included, and delivers
+// their results; not while this thread's stream captures a graph.
+void DeliverEverythingEnqueued(Session& session) {
+  const CudaLibrary& lib = Library(session);
+  if (!lib.unavailable.empty() || CurrentStreamCaptures(lib)) return;
+  EnqueueEverythingHeld();
+  lib.drain();
+}
 }  // namespace
 
 void NoteHostReadOfDevice() { g_device_read.store(true, std::memory_order_relaxed); }
@@ -347,10 +356,7 @@ void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& ses
                                                       call.takes_grad_input)) {
     return;
   }
-  const CudaLibrary& lib = Library(session);
-  if (!lib.unavailable.empty() || CurrentStreamCaptures(lib)) return;
-  EnqueueEverythingHeld();
-  lib.drain();
+  DeliverEverythingEnqueued(session);
 }
 
 void DeliverResultsBeforeUpdateVerdict(Session& session) {
@@ -358,10 +364,7 @@ void DeliverResultsBeforeUpdateVerdict(Session& session) {
       !session.monitor().update_made_nonfinite()) {
     return;
   }
-  const CudaLibrary& lib = Library(session);
-  if (!lib.unavailable.empty() || CurrentStreamCaptures(lib)) return;
-  EnqueueEverythingHeld();
-  lib.drain();
+  DeliverEverythingEnqueued(session);
 }
 
 DeviceTotals GetDeviceTotals() {
