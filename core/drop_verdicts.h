@@ -34,8 +34,6 @@ class DropVerdicts {
   }
   // That op was judged.
   void OpJudged(int64_t generation);
-  // Whether an op noted so far is still to be judged.
-  bool AnyOutstanding() const { return !outstanding_.empty(); }
 
   // An update (an optimizer record) of `step` ended. With GPU ops still to
   // be judged, its verdict waits for them: `nonfinite_ops` of its ops had

@@ -29,8 +29,8 @@ TEST(DropVerdicts, AVerdictWaitsForTheOpsNotedBeforeItsUpdateOnly) {
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].step, 0);
   EXPECT_EQ(ready[0].nonfinite_ops, 1);
-  EXPECT_TRUE(d.AnyOutstanding());  // the next step's op
   EXPECT_FALSE(d.AnyReady(1));
+  EXPECT_TRUE(d.UpdateEnded(1, 0));  // the next step's op is still to come
 }
 
 // A program that stopped after a step (its training function returned,
