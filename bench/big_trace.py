@@ -14,7 +14,7 @@ db.execute("PRAGMA journal_mode=OFF")
 while have < rows:  # doubling: a few statements even for millions of rows
     (steps,) = db.execute("SELECT MAX(step) + 1 FROM op_stats").fetchone()
     db.execute("INSERT INTO op_stats SELECT step + ?, op, phase, dtype, calls, elements, nan,"
-               " posinf, neginf, near_max, underflow, fp16_overflow, max_abs FROM op_stats"
+               " posinf, neginf, near_max, underflow, fp16_overflow, max_abs, mask FROM op_stats"
                " ORDER BY rowid LIMIT ?", (steps, rows - have))
     db.execute("INSERT INTO steps SELECT step + ?, ops, nonfinite_ops, origins, max_abs,"
                " started, ended FROM steps WHERE step < ?", (steps, steps))

@@ -25,6 +25,25 @@ double Now() {
 // since it was last reported: a rising trend shows, a steady one does not.
 constexpr double kHeadroomGrowth = 1.25;
 
+// `e` only casts a number the program wrote, wrapped into a one-value
+// tensor by torch: every output is one value, and every non-finite input
+// such a number.
+bool CastsPythonNumber(const OpEvent& e, const std::vector<InputFacts>& inputs) {
+  static constexpr absl::string_view kCasts[] = {"aten::_to_copy", "aten::to",
+                                                 "aten::copy_"};
+  if (std::find(std::begin(kCasts), std::end(kCasts), e.op) == std::end(kCasts)) return false;
+  for (const TensorFacts& t : e.outputs) {
+    if (t.counts.elements != 1) return false;
+  }
+  bool any = false;
+  for (const InputFacts& in : inputs) {
+    if (!in.checked || !AnyNonFinite(in.counts)) continue;
+    if (!in.python_number) return false;
+    any = true;
+  }
+  return any;
+}
+
 // Whole-op totals over all outputs; the format of the first output that was
 // not finite (else of the first output) names the op's dtype.
 CheckCounts Total(absl::Span<const TensorFacts> outputs, Format& format) {
@@ -336,14 +355,15 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
   return mask_constants ? Verdict::kMaskConstants : Verdict::kClean;
 }
 
-void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite) {
+void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite, bool mask) {
   LateStep* late = LateStepOf(e);
   StepStats& step_stats = late != nullptr ? late->ops[e.op] : ops_[e.op];
   const int p = static_cast<int>(e.phase);
+  const int m = mask ? 1 : 0;
   for (const auto& t : e.outputs) {
     const int f = static_cast<int>(t.format);
-    Stats& s = step_stats.stats[p][f];
-    step_stats.touched[p][f] = true;
+    Stats& s = step_stats.stats[m][p][f];
+    step_stats.touched[m][p][f] = true;
     s.calls += 1;
     MergeCounts(s.counts, t.counts);
   }
@@ -376,7 +396,8 @@ void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
   e.thread = d.thread;
   e.outputs = d.outputs;
   absl::MutexLock lock(&mu_);
-  CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/settled == Settled::kStands);
+  CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/settled == Settled::kStands,
+                /*mask=*/settled == Settled::kMask);
   if (settled == Settled::kMask) {
     mask_ops_.insert(d.op);
     return;
@@ -462,8 +483,12 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     inputs = context.Inputs();
     if (IsMasking(e, total, inputs, context)) {
       absl::MutexLock lock(&mu_);
-      // A mask is not a non-finite step.
-      CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false);
+      // A mask is not a non-finite step. A cast of a number the program
+      // wrote (the inf of `x != inf`, of isfinite, isinf and logsumexp,
+      // that torch wraps into a tensor and casts to x's dtype) is no value
+      // it computed, and no mask of its: neither counted nor listed.
+      if (CastsPythonNumber(e, inputs)) return Verdict::kMasked;
+      CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false, /*mask=*/true);
       mask_ops_.insert(std::string(e.op));
       return Verdict::kMasked;
     }
@@ -859,29 +884,32 @@ void Monitor::JudgeWaitingDrops() {
 template <class Ops>
 void Monitor::WriteOpStatsLocked(int64_t step, Ops& ops) {
   for (auto& [name, state] : ops) {
-    for (int p = 0; p < kPhaseCount; ++p) {
-      for (int f = 0; f < kFormatCount; ++f) {
-        if (!state.touched[p][f]) continue;
-        state.touched[p][f] = false;
-        Stats& s = state.stats[p][f];
-        if (writer_) {
-          OpStatsRow r;
-          r.step = step;
-          r.op = name;
-          r.phase = std::string(PhaseName(static_cast<Phase>(p)));
-          r.dtype = std::string(FormatName(static_cast<Format>(f)));
-          r.calls = s.calls;
-          r.elements = static_cast<int64_t>(s.counts.elements);
-          r.nan = static_cast<int64_t>(s.counts.nan);
-          r.posinf = static_cast<int64_t>(s.counts.posinf);
-          r.neginf = static_cast<int64_t>(s.counts.neginf);
-          r.near_max = static_cast<int64_t>(s.counts.near_max);
-          r.underflow = static_cast<int64_t>(s.counts.underflow);
-          r.fp16_overflow = static_cast<int64_t>(s.counts.fp16_overflow);
-          r.max_abs = MaxAbs(static_cast<Format>(f), s.counts);
-          writer_->Add(std::move(r));
+    for (int m = 0; m < 2; ++m) {
+      for (int p = 0; p < kPhaseCount; ++p) {
+        for (int f = 0; f < kFormatCount; ++f) {
+          if (!state.touched[m][p][f]) continue;
+          state.touched[m][p][f] = false;
+          Stats& s = state.stats[m][p][f];
+          if (writer_) {
+            OpStatsRow r;
+            r.step = step;
+            r.op = name;
+            r.phase = std::string(PhaseName(static_cast<Phase>(p)));
+            r.dtype = std::string(FormatName(static_cast<Format>(f)));
+            r.calls = s.calls;
+            r.elements = static_cast<int64_t>(s.counts.elements);
+            r.nan = static_cast<int64_t>(s.counts.nan);
+            r.posinf = static_cast<int64_t>(s.counts.posinf);
+            r.neginf = static_cast<int64_t>(s.counts.neginf);
+            r.near_max = static_cast<int64_t>(s.counts.near_max);
+            r.underflow = static_cast<int64_t>(s.counts.underflow);
+            r.fp16_overflow = static_cast<int64_t>(s.counts.fp16_overflow);
+            r.max_abs = MaxAbs(static_cast<Format>(f), s.counts);
+            r.mask = m == 1;
+            writer_->Add(std::move(r));
+          }
+          s = Stats{};
         }
-        s = Stats{};
       }
     }
   }

@@ -65,6 +65,9 @@ struct InputFacts {
   // Its non-finite values are ±inf a mask put there on purpose (see
   // PlacesScalar in core/op_policy.h), not a problem by themselves.
   bool deliberate = false;
+  // A Python number torch wrapped into a tensor (the inf of `x != inf`):
+  // a literal of the program, which no op computed.
+  bool python_number = false;
   // On a GPU, not read: no check of the op that wrote it found anything
   // (or none was made), so it is taken as finite.
   bool assumed_finite = false;
@@ -358,10 +361,11 @@ class Monitor {
     int64_t calls = 0;
     CheckCounts counts;
   };
-  // One op name's statistics in a step, across phases and formats.
+  // One op name's statistics in a step, across phases and formats; [1]:
+  // its calls whose ±inf were masks (OpStatsRow::mask), [0]: the others.
   struct StepStats {
-    Stats stats[kPhaseCount][kFormatCount];
-    bool touched[kPhaseCount][kFormatCount] = {};
+    Stats stats[2][kPhaseCount][kFormatCount];
+    bool touched[2][kPhaseCount][kFormatCount] = {};
   };
   // One op name's state: this step's statistics, and what was reported.
   struct OpState : StepStats {
@@ -431,9 +435,9 @@ class Monitor {
   // The events row kNonFiniteDropped for `step`, once.
   void WriteDroppedLocked(int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `e`'s outputs (largest magnitude `max_abs`) to its op's statistics
-  // and to the step's totals (counted an op with non-finite outputs when
-  // `nonfinite`).
-  void CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite)
+  // (to its mask row when `mask`) and to the step's totals (counted an op
+  // with non-finite outputs when `nonfinite`).
+  void CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite, bool mask = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FindingRow MakeFinding(const char* kind, const OpEvent& e,
                          const CheckCounts& total, Format format) const

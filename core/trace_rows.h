@@ -14,6 +14,10 @@ struct OpStatsRow {
   int64_t calls = 0, elements = 0, nan = 0, posinf = 0, neginf = 0,
           near_max = 0, underflow = 0, fp16_overflow = 0;
   double max_abs = 0;  // largest non-NaN |x|; +inf when one was infinite
+  // The op's calls whose ±inf were masks put there on purpose, in a row of
+  // their own: merged with the calls that compute, a masked_fill's -inf
+  // would hide an autocast cast's overflow in the same op's row.
+  bool mask = false;
 };
 
 // Something worth a look: where non-finite values began (origin), arrived

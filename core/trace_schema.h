@@ -4,14 +4,15 @@
 
 namespace nanhunt {
 
-inline constexpr int kTraceSchemaVersion = 6;
+inline constexpr int kTraceSchemaVersion = 7;
 
 inline constexpr const char kTraceSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS op_stats(
   step INTEGER, op TEXT, phase TEXT, dtype TEXT, calls INTEGER,
   elements INTEGER, nan INTEGER, posinf INTEGER, neginf INTEGER,
-  near_max INTEGER, underflow INTEGER, fp16_overflow INTEGER, max_abs REAL);
+  near_max INTEGER, underflow INTEGER, fp16_overflow INTEGER, max_abs REAL,
+  mask INTEGER);
 CREATE TABLE IF NOT EXISTS findings(
   id INTEGER PRIMARY KEY, kind TEXT, step INTEGER, call_index INTEGER,
   op TEXT, top_op TEXT, phase TEXT, forward_op TEXT, dtype TEXT,

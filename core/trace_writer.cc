@@ -70,7 +70,7 @@ TraceWriter::TraceWriter(std::string path, sqlite3* db,
   sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO meta VALUES(?,?)", -1,
                      &meta_stmt_, nullptr);
   sqlite3_prepare_v2(db_,
-                     "INSERT INTO op_stats VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     "INSERT INTO op_stats VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      -1, &stats_stmt_, nullptr);
   sqlite3_prepare_v2(
       db_,
@@ -292,7 +292,8 @@ void TraceWriter::Write(const Row& row) {
                       r->near_max, r->underflow, r->fp16_overflow}) {
       sqlite3_bind_int64(s, i++, v);
     }
-    sqlite3_bind_double(s, i, r->max_abs);
+    sqlite3_bind_double(s, i++, r->max_abs);
+    sqlite3_bind_int(s, i, r->mask ? 1 : 0);
   } else if (const auto* f = std::get_if<FindingRow>(&row)) {
     s = finding_stmt_;
     BindText(s, 1, f->kind);

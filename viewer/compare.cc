@@ -19,7 +19,8 @@ bool LowPrecision(const std::string& dtype) {
 }
 
 bool LeftRange(const OpStep& o) {
-  return LowPrecision(o.dtype) && (o.nonfinite > 0 || o.max_abs >= kFp16Max);
+  // A mask's ±inf were put there on purpose, not past the range.
+  return !o.mask && LowPrecision(o.dtype) && (o.nonfinite > 0 || o.max_abs >= kFp16Max);
 }
 
 std::optional<int64_t> FirstNonFinite(const std::vector<Trace>& traces) {
@@ -76,7 +77,7 @@ void Lookup(const std::vector<Trace>& traces, const OutOfRange& r,
             std::optional<double>& max_abs, std::string& dtype) {
   for (const Trace& t : traces) {
     for (const OpStep& o : t.op_steps) {
-      if (o.step != r.step || o.phase != r.phase ||
+      if (o.mask || o.step != r.step || o.phase != r.phase ||
           (o.op != r.op && o.op != r.top_op)) {
         continue;
       }
@@ -116,6 +117,7 @@ Comparison Compare(const std::vector<Trace>& a, const std::vector<Trace>& b) {
     const bool is_a = side == &a;
     for (const Trace& t : *side) {
       for (const OpTotals& o : t.ops) {
+        if (o.mask) continue;  // ±inf on purpose: no range compared
         Comparison::Row& r = rows[{o.op, o.phase}];
         r.op = o.op;
         r.phase = o.phase;

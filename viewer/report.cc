@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -31,36 +30,14 @@ std::string ScriptSafe(const std::string& text) {
   return absl::StrReplaceAll(text, {{"</", "<\\/"}});
 }
 
-// The op-steps of a trace whose ±inf were masks only: an op in the trace's
-// mask_ops, in a step where no op made real inf/NaN.
-std::set<std::pair<std::string, int64_t>> MaskOpSteps(const Trace& t) {
-  std::set<std::pair<std::string, int64_t>> masks;
-  auto it = t.meta.find("mask_ops");
-  if (it == t.meta.end()) return masks;
-  const std::vector<std::string> ops = absl::StrSplit(it->second, ',', absl::SkipEmpty());
-  std::set<int64_t> bad_steps;
-  for (const StepRow& st : t.steps) {
-    if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
-  }
-  for (const OpStep& o : t.op_steps) {
-    if (o.nonfinite > 0 && !bad_steps.count(o.step) &&
-        std::find(ops.begin(), ops.end(), o.op) != ops.end()) {
-      masks.emplace(o.op, o.step);
-    }
-  }
-  return masks;
-}
-
 void WriteSeries(const std::vector<Trace>& traces, JsonWriter& j) {
   // The ops (per phase) closest to the limit, those with fp16 outputs
   // first: those are the ones that can overflow as they run. Masks (±inf
   // on purpose) are neither charted nor counted as non-finite.
-  std::vector<std::set<std::pair<std::string, int64_t>>> masks;
-  for (const Trace& t : traces) masks.push_back(MaskOpSteps(t));
   std::map<std::pair<std::string, std::string>, std::pair<bool, double>> rank;
-  for (size_t ti = 0; ti < traces.size(); ++ti) {
-    for (const OpStep& o : traces[ti].op_steps) {
-      if (masks[ti].count({o.op, o.step})) continue;
+  for (const Trace& t : traces) {
+    for (const OpStep& o : t.op_steps) {
+      if (o.mask) continue;
       auto& r = rank[{o.op, o.phase}];
       r.first |= o.dtype == "float16" || o.dtype == "float8_e5m2";
       r.second = std::max(r.second, o.nonfinite > 0 ? INFINITY : o.max_abs);
@@ -80,16 +57,15 @@ void WriteSeries(const std::vector<Trace>& traces, JsonWriter& j) {
   std::map<std::pair<std::string, std::string>, std::map<int64_t, double>> points;
   std::map<int64_t, int64_t> nonfinite;
   std::map<std::string, std::map<int64_t, std::pair<int64_t, int64_t>>> underflow;
-  for (size_t ti = 0; ti < traces.size(); ++ti) {
-    for (const OpStep& o : traces[ti].op_steps) {
+  for (const Trace& t : traces) {
+    for (const OpStep& o : t.op_steps) {
       const int64_t step = o.step / bucket * bucket;
       const auto key = std::make_pair(o.op, o.phase);
-      const bool mask = masks[ti].count({o.op, o.step}) > 0;
-      if (!mask && std::find(followed.begin(), followed.end(), key) != followed.end()) {
+      if (!o.mask && std::find(followed.begin(), followed.end(), key) != followed.end()) {
         double& m = points[key][step];
         m = std::max(m, o.max_abs);
       }
-      if (!mask && o.nonfinite > 0) nonfinite[step] += o.nonfinite;  // steps with some
+      if (!o.mask && o.nonfinite > 0) nonfinite[step] += o.nonfinite;  // steps with some
       auto& u = underflow[o.phase][step];
       u.first += o.underflow;
       u.second += o.elements;

@@ -189,7 +189,7 @@ std::string TimesFp16Max(double v) {
 RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
   std::set<std::string> commands, dtypes, settings;
-  std::map<std::pair<std::string, std::string>, OpTotals> ops;
+  std::map<std::tuple<std::string, std::string, bool>, OpTotals> ops;  // op, phase, mask
   std::map<std::tuple<std::string, std::string, std::string>, UncheckedRow> unchecked;
   std::map<std::string, PhaseTotals> phases;
   std::set<int64_t> bad_steps;
@@ -250,14 +250,11 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       }
       if (first != nullptr) s.ranks.push_back({rank->second, *first});
     }
-    std::vector<absl::string_view> trace_masks;
-    if (auto it = t.meta.find("mask_ops"); it != t.meta.end()) {
-      trace_masks = absl::StrSplit(it->second, ',', absl::SkipEmpty());
-    }
     for (const OpTotals& o : t.ops) {
-      OpTotals& m = ops[{o.op, o.phase}];
+      OpTotals& m = ops[{o.op, o.phase, o.mask}];
       m.op = o.op;
       m.phase = o.phase;
+      m.mask = o.mask;
       m.calls += o.calls;
       m.elements += o.elements;
       m.nan += o.nan;
@@ -274,9 +271,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       p.phase = o.phase;
       p.calls += o.calls;
       // A mask's ±inf are not the phase's non-finite values.
-      const bool mask = o.nan == 0 && std::find(trace_masks.begin(), trace_masks.end(),
-                                                o.op) != trace_masks.end();
-      if (!mask) p.nonfinite_values += o.nonfinite();
+      if (!o.mask) p.nonfinite_values += o.nonfinite();
       p.near_max += o.near_max;
       p.underflow += o.underflow;
       p.elements += o.elements;
@@ -393,11 +388,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
                    [](const UncheckedRow& a, const UncheckedRow& b) {
                      return a.outputs > b.outputs;
                    });
-  for (auto& [key, o] : ops) {
-    o.mask = o.nan == 0 && o.nonfinite() > 0 &&
-             std::binary_search(s.mask_ops.begin(), s.mask_ops.end(), o.op);
-    s.ops.push_back(o);
-  }
+  for (auto& [key, o] : ops) s.ops.push_back(o);
   // Masks are ±inf on purpose: ranked after every op that computes.
   std::sort(s.ops.begin(), s.ops.end(), [](const OpTotals& a, const OpTotals& b) {
     if (a.mask != b.mask) return !a.mask;

@@ -12,6 +12,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -116,6 +118,27 @@ std::vector<int64_t> StepsOfEvents(sqlite3* db, absl::string_view kind,
 }
 
 // Whether `table` has `column` (traces of older schemas lack newer ones).
+// A trace before schema 7 merged an op's mask calls with its others: its
+// rows count as masks, as the viewer read them then, when the op is in
+// meta mask_ops and made ±inf but no NaN (totals), in a step where no op
+// made real inf/NaN (steps).
+void InferMasks(Trace& t) {
+  auto it = t.meta.find("mask_ops");
+  if (it == t.meta.end()) return;
+  const std::vector<std::string> ops = absl::StrSplit(it->second, ',', absl::SkipEmpty());
+  auto listed = [&](const std::string& op) {
+    return std::find(ops.begin(), ops.end(), op) != ops.end();
+  };
+  for (OpTotals& o : t.ops) o.mask = o.nan == 0 && o.nonfinite() > 0 && listed(o.op);
+  std::set<int64_t> bad_steps;
+  for (const StepRow& st : t.steps) {
+    if (st.nonfinite_ops > 0) bad_steps.insert(st.step);
+  }
+  for (OpStep& o : t.op_steps) {
+    o.mask = o.nonfinite > 0 && !bad_steps.count(o.step) && listed(o.op);
+  }
+}
+
 bool HasColumn(sqlite3* db, const char* table, const char* column) {
   sqlite3_stmt* s = nullptr;
   const std::string sql = absl::StrCat("SELECT ", column, " FROM ", table, " LIMIT 0");
@@ -257,12 +280,18 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   Query(db, "findings", findings_sql.c_str(),
         [&](sqlite3_stmt* s) { t.findings.push_back(ReadFinding(s)); },
         t.problems);
-  Query(db, "op_stats",
-        "SELECT op, phase, SUM(calls), SUM(elements), SUM(nan), SUM(posinf),"
-        " SUM(neginf), SUM(near_max), SUM(underflow), SUM(fp16_overflow),"
-        " SUM(CASE WHEN dtype IN ('float16', 'float8_e5m2') THEN elements ELSE 0 END),"
-        " SUM(CASE WHEN dtype IN ('float16', 'float8_e5m2') THEN underflow ELSE 0 END),"
-        " MAX(max_abs) FROM op_stats GROUP BY op, phase",
+  // Schema 7 keeps an op's mask calls in rows of their own; before, they
+  // were merged with its other calls (InferMasks).
+  const bool has_mask_rows = HasColumn(db, "op_stats", "mask");
+  const std::string mask_column = has_mask_rows ? "mask" : "0";
+  const std::string by_mask = has_mask_rows ? ", mask" : "";  // GROUP BY 0 names a column
+  const std::string totals_sql = absl::StrCat(
+      "SELECT op, phase, SUM(calls), SUM(elements), SUM(nan), SUM(posinf),"
+      " SUM(neginf), SUM(near_max), SUM(underflow), SUM(fp16_overflow),"
+      " SUM(CASE WHEN dtype IN ('float16', 'float8_e5m2') THEN elements ELSE 0 END),"
+      " SUM(CASE WHEN dtype IN ('float16', 'float8_e5m2') THEN underflow ELSE 0 END),"
+      " MAX(max_abs), ", mask_column, " FROM op_stats GROUP BY op, phase", by_mask);
+  Query(db, "op_stats", totals_sql.c_str(),
         [&](sqlite3_stmt* s) {
           OpTotals o;
           o.op = Text(s, 0);
@@ -273,7 +302,8 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
                              &o.fp16_overflow, &o.fp16_elements, &o.fp16_underflow}) {
             *v = sqlite3_column_int64(s, i++);
           }
-          o.max_abs = sqlite3_column_double(s, i);
+          o.max_abs = sqlite3_column_double(s, i++);
+          o.mask = sqlite3_column_int(s, i) != 0;
           t.ops.push_back(std::move(o));
         },
         t.problems);
@@ -290,13 +320,13 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
     // The trend: max |x| per quarter of the steps, non-finite as +inf.
     const std::string sql = absl::StrCat(
         "SELECT op, phase, MIN(3, step * 4 / ", last_step + 1, "), "
-        "MAX(CASE WHEN nan + posinf + neginf > 0 THEN 9e999 ELSE max_abs END) "
-        "FROM op_stats GROUP BY 1, 2, 3");
-    std::map<std::pair<std::string, std::string>, OpTotals*> by_key;
-    for (OpTotals& o : t.ops) by_key[{o.op, o.phase}] = &o;
+        "MAX(CASE WHEN nan + posinf + neginf > 0 THEN 9e999 ELSE max_abs END), ",
+        mask_column, " FROM op_stats GROUP BY 1, 2, 3", by_mask);
+    std::map<std::tuple<std::string, std::string, bool>, OpTotals*> by_key;
+    for (OpTotals& o : t.ops) by_key[{o.op, o.phase, o.mask}] = &o;
     Query(db, "op_stats", sql.c_str(),
           [&](sqlite3_stmt* s) {
-            auto it = by_key.find({Text(s, 0), Text(s, 1)});
+            auto it = by_key.find({Text(s, 0), Text(s, 1), sqlite3_column_int(s, 4) != 0});
             const int q = sqlite3_column_int(s, 2);
             if (it != by_key.end() && q >= 0 && q < 4) {
               it->second->quarters[q] = sqlite3_column_double(s, 3);
@@ -305,10 +335,11 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           t.problems);
   }
   if (with_series) {
-    Query(db, "op_stats",
-          "SELECT step, op, phase, dtype, MAX(max_abs),"
-          " SUM(nan + posinf + neginf), SUM(underflow), SUM(elements)"
-          " FROM op_stats GROUP BY step, op, phase, dtype ORDER BY step",
+    const std::string sql = absl::StrCat(
+        "SELECT step, op, phase, dtype, MAX(max_abs),"
+        " SUM(nan + posinf + neginf), SUM(underflow), SUM(elements), ", mask_column,
+        " FROM op_stats GROUP BY step, op, phase, dtype", by_mask, " ORDER BY step");
+    Query(db, "op_stats", sql.c_str(),
           [&](sqlite3_stmt* s) {
             OpStep o;
             o.step = sqlite3_column_int64(s, 0);
@@ -319,6 +350,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
             o.nonfinite = sqlite3_column_int64(s, 5);
             o.underflow = sqlite3_column_int64(s, 6);
             o.elements = sqlite3_column_int64(s, 7);
+            o.mask = sqlite3_column_int(s, 8) != 0;
             t.op_steps.push_back(std::move(o));
           },
           t.problems);
@@ -339,6 +371,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           t.steps.push_back(r);
         },
         t.problems);
+  if (!has_mask_rows) InferMasks(t);
   t.dropped_steps = StepsOfEvents(db, kNonFiniteDropped, t.problems);
   t.program_skipped_steps = StepsOfEvents(db, kProgramSkippedUpdate, t.problems);
   t.unfinished_steps = StepsOfEvents(db, kUnfinishedStep, t.problems);

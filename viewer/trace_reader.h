@@ -25,7 +25,8 @@ struct OpTotals {
   // max |x| in each quarter of the run's steps (+inf: non-finite): the
   // trend; 0 where the op did not run.
   double quarters[4] = {0, 0, 0, 0};
-  // Its inf were deliberate masks (meta mask_ops) and it made no NaN.
+  // The op's calls whose ±inf were deliberate masks (op_stats.mask), kept
+  // apart from its calls that compute.
   bool mask = false;
   int64_t nonfinite() const { return nan + posinf + neginf; }
 };
@@ -36,6 +37,7 @@ struct OpStep {
   std::string op, phase, dtype;
   double max_abs = 0;
   int64_t nonfinite = 0, underflow = 0, elements = 0;
+  bool mask = false;  // its mask calls (OpTotals::mask)
 };
 
 struct Trace {

@@ -801,8 +801,9 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         // A Python number the program wrote, wrapped into a tensor by torch
         // (the inf of `x.abs() != inf` inside isfinite and isinf, cast to
         // x's dtype): meant, like a mask's.
+        f.python_number = t.unsafeGetTensorImpl()->is_wrapped_number();
         f.deliberate = AnyNonFinite(f.counts) && f.counts.nan == 0 &&
-                       (KnownDeliberate(t) || t.unsafeGetTensorImpl()->is_wrapped_number());
+                       (KnownDeliberate(t) || f.python_number);
       }
       result.push_back(std::move(f));
     });

@@ -81,6 +81,39 @@ def test_checking_for_inf_with_isfinite_is_not_a_finding(out, tmp_path):
     j = view_json(out)
     assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
     assert j["nonfinite_steps"] == []
+    # Nor is it a mask: the program wrote no mask.
+    assert j["mask_ops"] == [], j["mask_ops"]
+    assert "mask" not in run([NANHUNT, "view", out]).stdout
+
+
+def test_a_cast_that_overflows_is_shown_beside_the_casts_of_masks(out, tmp_path):
+    # A loop that checks its loss with isfinite and masks with a cast of
+    # -inf, and whose cast of its fp32 input to fp16 overflows at step 3:
+    # the cast's calls that overflowed are the op's own row in the table,
+    # first, not hidden under "mask" because other casts carried masks.
+    preload_script(
+        tmp_path / "cast_overflow.py",
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.nn.Parameter(torch.randn(16, 16))\n"
+        "opt = torch.optim.SGD([w], lr=0.01)\n"
+        "mask = torch.zeros(8, 16).masked_fill(torch.rand(8, 16) < 0.2, float('-inf'))\n"
+        "for step in range(6):\n"
+        "    x = torch.randn(8, 16) * (1e5 if step == 3 else 1.0)\n"
+        "    h = x.half() + mask.half()\n"
+        "    loss = (h.float().clamp(min=-1e4) @ w).square().mean()\n"
+        "    if torch.isfinite(loss):\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "    opt.zero_grad()\n", out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["dtype"]) == ("aten::_to_copy", "float16"), first
+    casts = [o for o in j["ops"] if o["op"] == "aten::_to_copy" and o["phase"] == "forward"]
+    assert [o["mask"] for o in casts] == [False, True], casts
+    assert casts[0]["overflowed"] and j["ops"].index(casts[0]) == 0, j["ops"][:3]
+    assert "aten::_to_copy" in j["mask_ops"], j["mask_ops"]
+    assert j["phases"]["forward"]["nonfinite_values"] >= casts[0]["nonfinite"] > 0, j["phases"]
 
 
 def test_the_inf_ops_put_in_on_their_own_leave_a_healthy_run_healthy(out, tmp_path):

@@ -11,6 +11,7 @@
 
 #include "core/trace_writer.h"
 #include "gtest/gtest.h"
+#include "viewer/summary.h"
 #include "viewer/trace_reader.h"
 
 namespace nanhunt {
@@ -586,6 +587,15 @@ TEST_F(MonitorTest, SkippedStepNamesTheFirstBackwardOpOfThatStep) {
 }
 
 // A monitor writing a real trace file, read back once the test closes it.
+// A top-level forward op named `op` with the one output `out`.
+OpEvent OpNamed(const char* op, const TensorFacts& out) {
+  OpEvent e;
+  e.op = op;
+  e.phase = Phase::kForward;
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  return e;
+}
+
 class TracedMonitorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1203,6 +1213,65 @@ TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) 
   ASSERT_EQ(t->op_steps.size(), 2u);
   EXPECT_EQ(t->op_steps[0].op, "aten::addmm_");
   EXPECT_EQ(t->op_steps[0].nonfinite, 2) << "a mask's -inf counted as masks are";
+  EXPECT_TRUE(t->op_steps[0].mask);
+  EXPECT_FALSE(t->op_steps[1].mask);
+}
+
+// One op both masks and computes: autocast's casts (_to_copy) next to the
+// cast of an additive mask, and of the inf that `x != inf` compares with
+// (isfinite, isinf, logsumexp). Its mask calls are a row of their own, so
+// a real overflow in its other calls still shows as the op's; the cast of
+// a number the program wrote is neither counted nor a mask.
+TEST_F(TracedMonitorTest, AnOpsMaskCallsAreKeptApartFromTheCallsThatCompute) {
+  Monitor& m = *monitor_;
+  FakeContext mask;
+  mask.inputs = {MaskInput(4)};
+  TensorFacts masked = Fp16(0);
+  masked.counts.neginf = 4;
+  masked.counts.max_abs_bits = 0x7C00;
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", masked), mask), Verdict::kMasked);
+  FakeContext literal;
+  InputFacts inf = Input(false, false);
+  inf.dtype = "float64";
+  inf.shape = "[]";
+  inf.counts.elements = 1;
+  inf.counts.posinf = 1;
+  inf.deliberate = inf.python_number = true;
+  literal.inputs = {inf};
+  TensorFacts one = Fp16(1);
+  one.shape = "[]";
+  one.counts.elements = 1;
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", one), literal), Verdict::kMasked);
+  // The same literal filling more than one value is a mask again.
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", Fp16(8)), literal), Verdict::kMasked);
+  // An fp32 activation past 65504 cast to fp16: the origin.
+  FakeContext cast;
+  cast.inputs = {Input(false, false)};
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", Fp16(3)), cast), Verdict::kOrigin);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  m.FlushStep();
+  EXPECT_EQ(m.mask_ops(), std::vector<std::string>{"aten::_to_copy"});
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->ops.size(), 2u);
+  const OpTotals& computed = t->ops[0].mask ? t->ops[1] : t->ops[0];
+  const OpTotals& masks = t->ops[0].mask ? t->ops[0] : t->ops[1];
+  EXPECT_FALSE(computed.mask);
+  EXPECT_EQ(computed.calls, 1) << "the origin alone";
+  EXPECT_EQ(computed.posinf, 3);
+  EXPECT_TRUE(std::isinf(computed.max_abs));
+  EXPECT_TRUE(masks.mask);
+  EXPECT_EQ(masks.calls, 2) << "the mask cast, the literal filling 8 values; not the literal";
+  EXPECT_EQ(masks.neginf, 4);
+  EXPECT_EQ(masks.posinf, 8);
+  const RunSummary s = Summarise({*t});
+  ASSERT_EQ(s.ops.size(), 2u);
+  EXPECT_FALSE(s.ops[0].mask) << "the op that overflowed comes first, its figures its own";
+  EXPECT_TRUE(std::isinf(s.ops[0].max_abs));
+  EXPECT_TRUE(s.ops[1].mask);
+  ASSERT_EQ(s.phases.size(), 1u);
+  EXPECT_EQ(s.phases[0].nonfinite_values, 3) << "the overflow's, not the masks'";
 }
 
 }  // namespace

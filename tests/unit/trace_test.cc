@@ -304,6 +304,38 @@ TEST_F(TraceTest, ATraceWithoutTheUncheckedTableStillSaysTheCounts) {
   EXPECT_NE(RenderJson(Summarise({*t})).find("\"unchecked_ops\":[]"), std::string::npos);
 }
 
+TEST_F(TraceTest, ATraceWithoutMaskRowsHasItsMasksInferredAsBefore) {
+  // Schema 6 and older: an op's mask calls merged with its others, the ops
+  // that masked listed in meta mask_ops.
+  WriteMeta({{"mask_ops", "aten::masked_fill"}});
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE op_stats;"
+                         "CREATE TABLE op_stats(step INTEGER, op TEXT, phase TEXT, dtype TEXT,"
+                         " calls INTEGER, elements INTEGER, nan INTEGER, posinf INTEGER,"
+                         " neginf INTEGER, near_max INTEGER, underflow INTEGER,"
+                         " fp16_overflow INTEGER, max_abs REAL);"
+                         "INSERT INTO op_stats VALUES"
+                         " (0, 'aten::masked_fill', 'forward', 'float16', 1, 8, 0, 0, 4, 0, 0, 0,"
+                         "  9e999),"
+                         " (1, 'aten::masked_fill', 'forward', 'float16', 1, 8, 0, 0, 4, 0, 0, 0,"
+                         "  9e999),"
+                         " (1, 'aten::bmm', 'forward', 'float16', 1, 8, 0, 2, 0, 0, 0, 0, 9e999);"
+                         "INSERT INTO steps VALUES (0, 2, 0, 0, 1, 0, 0), (1, 2, 1, 1, 1, 0, 0);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto t = ReadTrace(path_, /*with_series=*/true);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->ops.size(), 2u);
+  for (const OpTotals& o : t->ops) EXPECT_EQ(o.mask, o.op == "aten::masked_fill") << o.op;
+  ASSERT_EQ(t->op_steps.size(), 3u);
+  EXPECT_TRUE(t->op_steps[0].mask) << "a step with no real inf/NaN";
+  EXPECT_FALSE(t->op_steps[1].mask) << "beside the bmm's overflow: counted, as before";
+  EXPECT_FALSE(t->op_steps[2].mask);
+}
+
 TEST_F(TraceTest, TheViewSaysWhatTheGpuChecked) {
   // Checks enqueued, the batches that carried them, and how often a full
   // result ring made the training's thread wait.
