@@ -139,15 +139,26 @@ int64_t Monitor::next_step() const {
 }
 
 void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input,
-                                absl::FunctionRef<bool()> nonfinite_gradients_held) {
+                                absl::FunctionRef<bool()> nonfinite_gradients_held,
+                                absl::string_view op, const void* parameter) {
   absl::MutexLock lock(&mu_);
   // The same judgement and step as at its end (RecordOp, NoteLateOp), which
   // then finds nothing left to do.
   const double now = clock_();
   JudgeIterationWithoutUpdateLocked(phase, grad_enabled, takes_grad_input,
                                     nonfinite_gradients_held, now);
-  if (steps_.OnOp(phase, grad_enabled, takes_grad_input)) WriteStepBegunLocked(now);
+  // A forward pass begins only here, at the op's start: its end would count
+  // it again.
+  if (steps_.OnOp(phase, grad_enabled, takes_grad_input) ||
+      (phase == Phase::kForward && steps_.OnPassStart(op, parameter))) {
+    WriteStepBegunLocked(now);
+  }
   StepStateChangedLocked();
+}
+
+bool Monitor::counted_forward_passes() const {
+  absl::MutexLock lock(&mu_);
+  return steps_.counts_passes();
 }
 
 void Monitor::WriteStepBegunLocked(double now) {
@@ -289,6 +300,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
           steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
         WriteStepBegunLocked(now);
       }
+      RenumberLocked();  // the first backward op undid the forward passes counted
       e.phase = steps_.Refine(e.phase, e.grad_enabled, e.takes_grad_input);
     }
     // Parameters read without grad after the update (a master-weights copy,
@@ -422,6 +434,7 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
   if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
     WriteStepBegunLocked(clock_());
   }
+  RenumberLocked();  // the first backward op undid the forward passes counted
   StepStateChangedLocked();
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
   step_trained_ |= (takes_grad_input && grad_enabled) || refined == Phase::kBackward;
@@ -976,7 +989,10 @@ void Monitor::FlushStep() {
     return;
   }
   if (!step_trained_) {
-    call_index_ = 0;
+    // What ran after the last step trained nothing: no step of its own,
+    // but in a process that never trained, where it is the last forward
+    // pass.
+    if (!steps_.counts_passes()) call_index_ = 0;
   } else if (writer_ && call_index_ > 0 && !steps_.UpdatedAfterLastBackward()) {
     // Its update, or a loss scaler's skip of it, never came: no verdict on
     // its gradients. (A C++ program's last update ends its last step

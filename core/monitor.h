@@ -304,8 +304,15 @@ class Monitor {
   // its end, so that the ops inside it (which end first: the addmm in the
   // first layer's linear) are in the step it begins. One load, no lock.
   bool step_may_begin() const { return step_may_begin_.load(std::memory_order_relaxed); }
+  // Before the process trains, `op` and `parameter` (the memory of its
+  // first input that requires grad) tell where a forward pass begins
+  // (StepTracker::OnPassStart).
   void OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input,
-                         absl::FunctionRef<bool()> nonfinite_gradients_held);
+                         absl::FunctionRef<bool()> nonfinite_gradients_held,
+                         absl::string_view op = "", const void* parameter = nullptr);
+  // The process never trained and counted its forward passes as steps (an
+  // evaluation or inference script).
+  bool counted_forward_passes() const;
   // The step the next forward pass belongs to: past an optimizer record's
   // end, the next one (sampling and the budget plan for it there).
   int64_t next_step() const;
@@ -487,7 +494,7 @@ class Monitor {
   // When the last optimizer record of the step ended, while the next step
   // waits for its first forward op; the step's end time.
   std::optional<double> update_ended_at_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> step_may_begin_{false};  // steps_.step_may_begin(), kept by
+  std::atomic<bool> step_may_begin_{true};  // steps_.step_may_begin(), kept by
                                              // StepStateChangedLocked
   // Verdicts waiting for GPU results, and the last step kNonFiniteDropped
   // was written for (once a step, though a step of several optimizer

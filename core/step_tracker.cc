@@ -26,8 +26,51 @@ bool StepTracker::BeginStepAfterUpdate(Phase phase, bool grad_enabled,
   return true;
 }
 
+bool StepTracker::OnPassStart(absl::string_view op, const void* parameter) {
+  // Pairs remembered: more than a model has, should a program never repeat.
+  constexpr size_t kMaxPairs = 1 << 16;
+  if (trained_ || parameter == nullptr) return false;
+  OpOnParameter pair(std::string(op), parameter);
+  // The same pair twice in a row is one use (module.half() checks each
+  // parameter twice with _has_compatible_shallow_copy_type).
+  if (last_pair_ == pair) return false;
+  last_pair_ = pair;
+  if (pass_anchor_ != pair) {
+    auto it = pass_of_pair_.find(pair);
+    if (it == pass_of_pair_.end()) {
+      if (pass_of_pair_.size() < kMaxPairs) pass_of_pair_.emplace(std::move(pair), passes_);
+      return false;
+    }
+    if (it->second != passes_) {
+      it->second = passes_;
+      return false;
+    }
+    // Read twice in this pass: the next began, here.
+    it->second = passes_ + 1;
+    pass_anchor_ = std::move(pair);
+  }
+  ++passes_;
+  ++step_;
+  return true;
+}
+
+int64_t StepTracker::BeginTraining() {
+  if (trained_) return 0;
+  trained_ = true;
+  pass_anchor_.reset();
+  last_pair_.reset();
+  pass_of_pair_ = {};
+  const int64_t passes = passes_;
+  passes_ = 0;
+  return passes;
+}
+
 bool StepTracker::FollowOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
   if (phase == Phase::kBackward) {
+    // The first backward op: the forward passes counted so far were the
+    // first iteration's (T5's shared embedding read twice) or evaluations
+    // before training.
+    if (const int64_t passes = BeginTraining(); passes > 0) Undo(passes);
     saw_backward_ = true;
     post_backward_ = true;
     update_ended_ = false;
@@ -82,11 +125,14 @@ bool StepTracker::OnOptimizerStepBegin() {
   const bool first = !seen_optimizer_;
   seen_optimizer_ = true;
   in_optimizer_ = true;
+  // Forward passes counted before it (an update with no backward pass seen:
+  // gradients set by hand) were its iteration's.
+  const int64_t passes = BeginTraining();
   if (!first) return false;
   // The micro-batches of gradient accumulation before it, and the ops
   // between backward and this optimizer step (gradient clipping,
   // unscaling), belong to the step the optimizer is about to finish.
-  int64_t undo = tentative_;
+  int64_t undo = tentative_ + passes;
   if (fallback_advanced_ && undo == 0) undo = 1;
   fallback_advanced_ = false;
   Undo(undo);
@@ -114,6 +160,7 @@ std::optional<StepTracker::Renumbering> StepTracker::TakeRenumbering() {
 }
 
 StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
+  if (const int64_t passes = BeginTraining(); passes > 0) Undo(passes);
   fallback_advanced_ = false;
   if (optimizer_since_update_) {
     optimizer_since_update_ = false;

@@ -32,6 +32,19 @@
 // from 0 either way, one step per update; only the first iteration's
 // micro-batches have had tentative step numbers.
 //
+// A process that has not trained yet (no backward op, no optimizer record:
+// an evaluation or inference script) counts its forward passes as steps.
+// Each top-level op that reads a parameter (one that requires grad) is a
+// pair of op and parameter. A forward pass reads each pair once, so a pair
+// read again in the same pass began the next one (the model's first layer,
+// the next batch), and from then on each call of that pair begins the next
+// pass (OnPassStart). Set-up before the first pass (model.half()'s casts,
+// initialisers) comes once and is no pass of its own, or, when it reads a
+// parameter twice with the same op, one pass more, which the first forward
+// pass joins. Once the process trains, these advances are undone: a
+// validation before the first training step stays in step 0, as it was
+// before passes were counted.
+//
 // Ops that run after backward with grad mode off (C++ optimizers, gradient
 // clipping, GradScaler's unscale, hand-written updates) are the update, not
 // a forward pass: they get the optimizer phase. Once an optimizer record has
@@ -42,7 +55,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "core/phase.h"
 
 namespace nanhunt {
@@ -74,8 +91,19 @@ class StepTracker {
   // op begins a forward pass, it begins the next step (returns true).
   bool BeginStepAfterUpdate(Phase phase, bool grad_enabled, bool takes_grad_input);
   // A top-level forward op may begin a step: an optimizer record ended one,
-  // or, in a program without them, a backward pass came since the last began.
-  bool step_may_begin() const { return step_ended_ || (saw_backward_ && !seen_optimizer_); }
+  // or, in a program without them, a backward pass came since the last
+  // began, or the process has not trained yet (a forward pass may begin).
+  bool step_may_begin() const {
+    return step_ended_ || (saw_backward_ && !seen_optimizer_) || !trained_;
+  }
+  // Before the process has trained: a top-level forward op `op` that reads
+  // the parameter whose memory is `parameter` (see the header) began a
+  // forward pass. Returns true when that began a new step.
+  bool OnPassStart(absl::string_view op, const void* parameter);
+  // Whether a backward op or an optimizer record was seen.
+  bool trained() const { return trained_; }
+  // The process has not trained, and counts its forward passes as steps.
+  bool counts_passes() const { return !trained_ && pass_anchor_.has_value(); }
   // The step the next forward pass belongs to.
   int64_t next_step() const { return step_ended_ ? step_ + 1 : step_; }
 
@@ -128,6 +156,9 @@ class StepTracker {
   int64_t Undo(int64_t count);
   // Undoes the tentative advances; returns the step they return to.
   int64_t UndoTentative();
+  // The process trains: it counts no more forward passes. Returns how many
+  // advances counting them made, for the caller to undo.
+  int64_t BeginTraining();
 
   int64_t step_ = 0;
   bool seen_optimizer_ = false;
@@ -143,6 +174,13 @@ class StepTracker {
   bool optimizer_since_update_ = false;  // an optimizer step ended since the
                                          // last scaler update
   bool step_ended_ = false;  // by an optimizer record; no forward op since
+  bool trained_ = false;     // a backward op or an optimizer record was seen
+  using OpOnParameter = std::pair<std::string, const void*>;
+  // Until the process trains: the pass each pair was last read in, the pair
+  // that begins a pass, and the last pair read.
+  absl::flat_hash_map<OpOnParameter, int64_t> pass_of_pair_;
+  std::optional<OpOnParameter> pass_anchor_, last_pair_;
+  int64_t passes_ = 0;  // advances made counting forward passes
 };
 
 }  // namespace nanhunt

@@ -370,6 +370,9 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     }
     program_skips.insert(t.program_skipped_steps.begin(), t.program_skipped_steps.end());
     unfinished.insert(t.unfinished_steps.begin(), t.unfinished_steps.end());
+    const auto passes = t.meta.find("forward_passes_as_steps");
+    s.forward_passes = (&t == &traces.front() || s.forward_passes) &&
+                       passes != t.meta.end() && passes->second == "1";
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops == 0) continue;
@@ -421,7 +424,10 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
   std::string out;
   absl::StrAppend(&out, bold, "nanhunt", reset, " — ", s.traces.size(),
                   s.traces.size() == 1 ? " trace" : " traces", ", ", s.steps,
-                  s.steps == 1 ? " step" : " steps",
+                  s.forward_passes ? (s.steps == 1 ? " forward pass, no training"
+                                                   : " forward passes, no training")
+                  : s.steps == 1   ? " step"
+                                   : " steps",
                   s.torch_version.empty() ? "" : ", torch " + s.torch_version,
                   "\n");
   for (const auto& c : s.commands) {
@@ -770,6 +776,7 @@ std::string RenderJson(const RunSummary& s) {
   j.EndArray();
   j.Key("torch_version").String(s.torch_version);
   j.Key("steps").Int(s.steps);
+  j.Key("forward_passes").Bool(s.forward_passes);
   const Diagnosis diagnosis = Diagnose(s);
   j.Key("diagnosis").BeginObject();
   j.Key("kind").String(diagnosis.kind);

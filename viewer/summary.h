@@ -90,6 +90,9 @@ struct RunSummary {
   // outputs first).
   std::vector<UncheckedRow> unchecked;
   int64_t steps = 0, origins = 0, inputs = 0, propagated = 0, received = 0;
+  // No process trained: each step is a forward pass (meta
+  // forward_passes_as_steps), as in an evaluation or inference script.
+  bool forward_passes = false;
   std::vector<std::string> problems;   // "<trace>: <problem>"
 };
 

@@ -488,6 +488,16 @@ bool AnyRequiresGrad(c10::ArrayRef<const c10::IValue> inputs) {
   return false;
 }
 
+// The memory of the first input that requires grad (a parameter), or null.
+const void* FirstGradInputStorage(c10::ArrayRef<const c10::IValue> inputs) {
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) {
+      return StorageKey(v.toTensor());
+    }
+  }
+  return nullptr;
+}
+
 bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
   return AnyRequiresGrad(c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
 }
@@ -755,10 +765,13 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   for (size_t i = 0; i + 1 < ts.depth; ++i) {
     if (ts.frames[i].kind == FrameKind::kOp) return;
   }
+  // Inputs first: until a process trains, every top-level op comes here,
+  // and most take no parameter.
+  if (!AnyRequiresGrad(fn.inputs())) return;
   DeviceOpCall call;
   call.grad_enabled = c10::GradMode::is_enabled();
   call.phase = CurrentPhase(ts, call.grad_enabled);
-  if (call.phase != Phase::kForward || !AnyRequiresGrad(fn.inputs())) return;
+  if (call.phase != Phase::kForward) return;
   call.takes_grad_input = true;
   call.top_level = true;
   Session& session = *Session::Get();
@@ -766,7 +779,10 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   DeliverResultsBeforeIterationVerdict(call, session);
   session.monitor().OnTopLevelOpStart(
       call.phase, call.grad_enabled, call.takes_grad_input,
-      [] { return NonFiniteStillHeld(/*counting_single_values=*/false); });
+      [] { return NonFiniteStillHeld(/*counting_single_values=*/false); }, fn.name(),
+      // Sample mode sees some op calls only: no pair can be told to come
+      // twice in a pass.
+      session.sampler() == nullptr ? FirstGradInputStorage(fn.inputs()) : nullptr);
   ts.busy = false;
 }
 
@@ -1123,6 +1139,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       const std::vector<std::string> masks = session->monitor().mask_ops();
       if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
+      if (session->monitor().counted_forward_passes()) w.PutMeta("forward_passes_as_steps", "1");
       if (const int64_t unjudged = session->monitor().iterations_unjudged_in_sample_mode();
           unjudged > 0) {
         w.PutMeta("iterations_unjudged_in_sample_mode", absl::StrCat(unjudged));

@@ -343,5 +343,96 @@ TEST(StepTracker, TheNextForwardPassBeginsTheStepAnOptimizerRecordEnded) {
   EXPECT_EQ(t.step(), 1);
 }
 
+
+// A model of two parameters read with `op` in a pass: whether reading the
+// first began a step.
+bool ReadBoth(StepTracker& t, const char* op, int* first, int* second) {
+  const bool began = t.OnPassStart(op, first);
+  EXPECT_FALSE(t.OnPassStart(op, second));
+  return began;
+}
+
+// An evaluation or inference script: no backward pass, no optimizer. A
+// pair of op and parameter read again in a pass began the next pass (the
+// model's first layer, the next batch); each pass is a step.
+TEST(StepTracker, WithoutTrainingEachForwardPassIsAStep) {
+  StepTracker t;
+  int fp32_embedding = 0, embedding = 0, lm_head = 0;  // parameters' memory
+  // model.half(): a cast, then two checks of the same parameter in a row.
+  EXPECT_FALSE(t.OnPassStart("aten::to", &fp32_embedding));
+  EXPECT_FALSE(t.OnPassStart("aten::_has_compatible_shallow_copy_type", &embedding));
+  EXPECT_FALSE(t.OnPassStart("aten::_has_compatible_shallow_copy_type", &embedding));
+  auto pass = [&] {
+    const bool began = t.OnPassStart("aten::embedding", &embedding);
+    EXPECT_FALSE(t.OnPassStart("aten::linear", &lm_head));
+    EXPECT_FALSE(t.OnPassStart("aten::linear", &embedding)) << "tied weights, another op";
+    EXPECT_FALSE(t.OnPassStart("aten::embedding", nullptr)) << "no parameter";
+    return began;
+  };
+  EXPECT_FALSE(pass()) << "the first pass: step 0";
+  EXPECT_EQ(t.step(), 0);
+  EXPECT_FALSE(t.counts_passes());
+  EXPECT_TRUE(pass()) << "the next batch";
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_TRUE(pass());
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_TRUE(t.counts_passes());
+  EXPECT_FALSE(t.TakeRenumbering().has_value());
+}
+
+// Set-up that reads a parameter twice with the same op, apart (a model
+// moved to where it already is, then cast) counts one pass more, which the
+// first forward pass joins; each forward pass after it is one.
+TEST(StepTracker, SetUpThatReadsAParameterTwiceIsAPassOfItsOwn) {
+  StepTracker t;
+  int w1 = 0, w2 = 0;
+  EXPECT_FALSE(ReadBoth(t, "aten::to", &w1, &w2));
+  EXPECT_TRUE(ReadBoth(t, "aten::to", &w1, &w2));
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_FALSE(ReadBoth(t, "aten::linear", &w1, &w2)) << "the first forward pass joins it";
+  EXPECT_TRUE(ReadBoth(t, "aten::linear", &w1, &w2));
+  EXPECT_EQ(t.step(), 2);
+}
+
+// Passes counted before the process trained (a validation before the first
+// training step, or T5's encoder and decoder both reading the shared
+// embedding) are undone at the first backward op, and after it no forward
+// pass is counted: iterations are.
+TEST(StepTracker, ForwardPassesBeforeTrainingAreUndoneWhenItTrains) {
+  StepTracker t;
+  int shared = 0, encoder = 0;
+  t.OnPassStart("aten::embedding", &shared);  // the encoder
+  t.OnPassStart("aten::linear", &encoder);
+  t.OnOp(Phase::kForward, true, true);
+  EXPECT_TRUE(t.OnPassStart("aten::embedding", &shared)) << "the decoder, tentatively";
+  EXPECT_EQ(t.step(), 1);
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_EQ(t.step(), 0);
+  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->first, 1);
+  EXPECT_EQ(r->last, 1);
+  EXPECT_EQ(r->to, 0);
+  EXPECT_FALSE(t.counts_passes());
+  EXPECT_TRUE(t.trained());
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));
+  EXPECT_FALSE(ReadBoth(t, "aten::embedding", &shared, &encoder));
+  EXPECT_FALSE(ReadBoth(t, "aten::embedding", &shared, &encoder)) << "training: iterations count";
+  EXPECT_EQ(t.step(), 1);
+}
+
+// Gradients set by hand, then an optimizer step: that trains too.
+TEST(StepTracker, AnOptimizerStepWithoutBackwardUndoesTheForwardPasses) {
+  StepTracker t;
+  int w = 0, b = 0;
+  for (int i = 0; i < 3; ++i) ReadBoth(t, "aten::linear", &w, &b);
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_TRUE(t.OnOptimizerStepBegin());
+  EXPECT_EQ(t.step(), 0);
+  EXPECT_FALSE(t.counts_passes());
+}
+
 }  // namespace
 }  // namespace nanhunt

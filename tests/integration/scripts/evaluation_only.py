@@ -1,0 +1,47 @@
+"""An evaluation script: a small fp16 model run over 8 batches, training
+nothing. Batch 5 is scaled up until the first linear overflows fp16.
+
+  evaluation_only.py no_grad          under torch.no_grad()
+  evaluation_only.py inference_mode   under torch.inference_mode()
+  evaluation_only.py grad             grad mode left on (a forgotten no_grad)
+  evaluation_only.py validate-then-train
+      two evaluation batches, then three training steps, the overflow in
+      training step 2 (the evaluation batches are no steps of training)
+
+Prints whether each output was finite."""
+import contextlib
+import sys
+
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+mode = sys.argv[1]
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).half()
+with torch.no_grad():
+    model[0].weight.mul_(8)  # set-up that reads a parameter, before any pass
+context = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
+           "grad": contextlib.nullcontext}.get(mode, torch.no_grad)
+
+
+def batch(scale):
+    return (torch.rand(16, 32) * scale).half()
+
+
+if mode == "validate-then-train":
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with torch.no_grad():
+        for _ in range(2):
+            print("validation finite:", bool(torch.isfinite(model(batch(1.0))).all()))
+    for step in range(3):
+        y = model(batch(2e4 if step == 2 else 1.0))
+        loss = y.float().pow(2).mean()
+        print("step", step, "finite:", bool(torch.isfinite(loss)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+else:
+    with context():
+        for b in range(8):
+            y = model(batch(2e4 if b == 5 else 1.0))
+            print("batch", b, "finite:", bool(torch.isfinite(y).all()))
