@@ -160,6 +160,13 @@ bool MatchesOpPattern(absl::string_view op, absl::string_view overload,
   return false;
 }
 
+bool SetsUpParameters(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::to", "aten::_to_copy", "aten::_has_compatible_shallow_copy_type",
+      "aten::detach", "aten::set_"};
+  return absl::EndsWith(op, "_") || Named(kOps, op);
+}
+
 bool IsBookkeepingRecord(absl::string_view name) {
   return absl::StartsWith(name, "autograd::") ||
          absl::StartsWith(name, "profiler::");

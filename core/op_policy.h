@@ -32,6 +32,14 @@ bool CastsResultBufferFirst(absl::string_view op);
 // already checked. Checking them again would double the cost for nothing.
 bool CopiesValues(absl::string_view op);
 
+// Ops that set a model up rather than run it, when a parameter is their
+// input: moves and casts (module.to, .half(): to, _to_copy, and the
+// _has_compatible_shallow_copy_type check after each), detach, and in-place
+// ops (initialisers, a scaling of the weights). A forward pass is not
+// counted by them (StepTracker::OnPassStart): .to() to where the model
+// already is reads each parameter, and the .half() after it again.
+bool SetsUpParameters(absl::string_view op);
+
 // Ops that return, as it is, the tensor their last nested op wrote whole:
 // a cast or clone (a copy_ into a fresh tensor), the factories that fill a
 // fresh tensor (zeros: zero_, then fill_; full, ones: fill_), zero_ (fill_)

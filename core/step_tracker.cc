@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/op_policy.h"
+
 namespace nanhunt {
 
 bool StepTracker::OnOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
@@ -29,10 +31,10 @@ bool StepTracker::BeginStepAfterUpdate(Phase phase, bool grad_enabled,
 bool StepTracker::OnPassStart(absl::string_view op, const void* parameter) {
   // Pairs remembered: more than a model has, should a program never repeat.
   constexpr size_t kMaxPairs = 1 << 16;
-  if (trained_ || parameter == nullptr) return false;
+  if (trained_ || parameter == nullptr || SetsUpParameters(op)) return false;
   OpOnParameter pair(std::string(op), parameter);
-  // The same pair twice in a row is one use (module.half() checks each
-  // parameter twice with _has_compatible_shallow_copy_type).
+  // The same pair twice in a row is one use (one projection of both q and
+  // k: x @ w, then y @ w).
   if (last_pair_ == pair) return false;
   last_pair_ = pair;
   if (pass_anchor_ != pair) {

@@ -38,10 +38,10 @@
 // pair of op and parameter. A forward pass reads each pair once, so a pair
 // read again in the same pass began the next one (the model's first layer,
 // the next batch), and from then on each call of that pair begins the next
-// pass (OnPassStart). Set-up before the first pass (model.half()'s casts,
-// initialisers) comes once and is no pass of its own, or, when it reads a
-// parameter twice with the same op, one pass more, which the first forward
-// pass joins. Once the process trains, these advances are undone: a
+// pass (OnPassStart). Ops that set a model up (moves, casts, initialisers:
+// SetsUpParameters in core/op_policy.h) count no pair: .to() to where the
+// model is and the .half() after it read each parameter twice. Once the
+// process trains, these advances are undone: a
 // validation before the first training step stays in step 0, as it was
 // before passes were counted.
 //

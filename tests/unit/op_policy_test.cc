@@ -57,5 +57,16 @@ TEST(OpPolicy, MaskConstantsAreFormatLimitsOrLargeNegativeFills) {
   EXPECT_FALSE(IsMaskConstant("aten::full", 65503.0));
 }
 
+TEST(OpPolicy, MovesCastsAndInitialisersSetParametersUpNoForwardPassRuns) {
+  for (const char* op : {"aten::to", "aten::_to_copy", "aten::_has_compatible_shallow_copy_type",
+                         "aten::normal_", "aten::mul_", "aten::copy_", "aten::detach"}) {
+    EXPECT_TRUE(SetsUpParameters(op)) << op;
+  }
+  for (const char* op : {"aten::linear", "aten::embedding", "aten::conv2d", "aten::layer_norm",
+                         "aten::matmul", "aten::t"}) {
+    EXPECT_FALSE(SetsUpParameters(op)) << op;
+  }
+}
+
 }  // namespace
 }  // namespace nanhunt

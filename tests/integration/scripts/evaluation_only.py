@@ -17,9 +17,11 @@ import torch.nn as nn
 
 torch.manual_seed(0)
 mode = sys.argv[1]
-model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).half()
+# Set-up that reads each parameter more than once, before any pass: a move
+# to where the model already is, a cast, a scaling.
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).to("cpu").half()
 with torch.no_grad():
-    model[0].weight.mul_(8)  # set-up that reads a parameter, before any pass
+    model[0].weight.mul_(8)
 context = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
            "grad": contextlib.nullcontext}.get(mode, torch.no_grad)
 
