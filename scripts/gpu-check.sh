@@ -241,6 +241,22 @@ sys.exit(1 if bad else 0)
 PY
 ) | tee "$build"/padded-check.txt || { failed+=("padded attention on CUDA"); tail -20 "$build"/padded-dropped.log; }
 
+echo "== an evaluation on CUDA, training nothing: each forward pass a step, the overflow at batch 5 of 8"
+on_cuda "$build"/evaluation evaluation_only.py no_grad
+("$python" - "$build"/evaluation.json <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    r = {"error": repr(e)}
+o = r.get("first_origin") or {}
+ok = (o.get("step"), r.get("steps"), r.get("forward_passes")) == (5, 8, True)
+print(f"evaluation, CUDA: first origin {o.get('op')} step {o.get('step')}, {r.get('steps')} "
+      f"steps, forward passes: {r.get('forward_passes')}: {'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/evaluation-check.txt || { failed+=("evaluation on CUDA"); tail -20 "$build"/evaluation.log; }
+
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
 "$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
@@ -372,6 +388,7 @@ echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
 for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
+    evaluation-check \
     streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"

@@ -18,7 +18,7 @@ def test_each_forward_pass_of_an_evaluation_is_a_step(out, mode):
     j = view_json(out)
     first = j["first_origin"]
     assert (first["kind"], first["step"], first["phase"]) == ("origin", 5, "forward"), first
-    assert first["source"].endswith("evaluation_only.py:48 in <module>"), first["source"]
+    assert first["source"].endswith("evaluation_only.py:51 in <module>"), first["source"]
     assert j["steps"] == 8 and j["forward_passes"], (j["steps"], j["forward_passes"])
     assert j["nonfinite_steps"] == [5], j["nonfinite_steps"]
     text = run([NANHUNT, "view", out]).stdout

@@ -8,8 +8,10 @@ nothing. Batch 5 is scaled up until the first linear overflows fp16.
       two evaluation batches, then three training steps, the overflow in
       training step 2 (the evaluation batches are no steps of training)
 
-Prints whether each output was finite."""
+Prints whether each output was finite. DEVICE=cuda runs it on a GPU
+(scripts/gpu-check.sh)."""
 import contextlib
+import os
 import sys
 
 import torch
@@ -17,9 +19,10 @@ import torch.nn as nn
 
 torch.manual_seed(0)
 mode = sys.argv[1]
+device = os.environ.get("DEVICE", "cpu")
 # Set-up that reads each parameter more than once, before any pass: a move
-# to where the model already is, a cast, a scaling.
-model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).to("cpu").half()
+# (to where the model already is, on the CPU), a cast, a scaling.
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).to(device).half()
 with torch.no_grad():
     model[0].weight.mul_(8)
 context = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
@@ -27,7 +30,7 @@ context = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
 
 
 def batch(scale):
-    return (torch.rand(16, 32) * scale).half()
+    return (torch.rand(16, 32) * scale).half().to(device)
 
 
 if mode == "validate-then-train":
