@@ -415,8 +415,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
         "such ops to fp32 before they do"));
   } else if (settling < 0) {
     d.evidence.push_back(absl::StrCat(
-        "every checked output", s.steps == 0 ? "" : absl::StrCat(" of ", s.steps,
-                                                                     s.steps == 1 ? " step" : " steps"),
+        "every checked output", s.steps == 0 ? "" : absl::StrCat(" of ", s.steps, StepNoun(s)),
         " was finite",
         s.mask_ops.empty() ? ""
                            : absl::StrCat(", apart from deliberate ±inf masks (",

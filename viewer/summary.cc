@@ -417,17 +417,19 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   return s;
 }
 
+const char* StepNoun(const RunSummary& s) {
+  if (s.forward_passes) return s.steps == 1 ? " forward pass" : " forward passes";
+  return s.steps == 1 ? " step" : " steps";
+}
+
 std::string RenderText(const RunSummary& s, int width, bool color) {
   const std::string bold = color ? "\x1b[1m" : "", red = color ? "\x1b[31m" : "",
                     yellow = color ? "\x1b[33m" : "", reset = color ? "\x1b[0m" : "";
   const size_t w = static_cast<size_t>(std::max(60, width));
   std::string out;
   absl::StrAppend(&out, bold, "nanhunt", reset, " — ", s.traces.size(),
-                  s.traces.size() == 1 ? " trace" : " traces", ", ", s.steps,
-                  s.forward_passes ? (s.steps == 1 ? " forward pass, no training"
-                                                   : " forward passes, no training")
-                  : s.steps == 1   ? " step"
-                                   : " steps",
+                  s.traces.size() == 1 ? " trace" : " traces", ", ", s.steps, StepNoun(s),
+                  s.forward_passes ? ", no training" : "",
                   s.torch_version.empty() ? "" : ", torch " + s.torch_version,
                   "\n");
   for (const auto& c : s.commands) {

@@ -98,6 +98,10 @@ struct RunSummary {
 
 RunSummary Summarise(const std::vector<Trace>& traces);
 
+// What the run's steps are called after their count: " step(s)", or
+// " forward pass(es)" where no process trained (RunSummary::forward_passes).
+const char* StepNoun(const RunSummary& s);
+
 // Ascending steps as ranges: "0-6, 11, 16".
 std::string StepRanges(const std::vector<int64_t>& steps);
 

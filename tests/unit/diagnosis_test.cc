@@ -206,6 +206,12 @@ TEST(Diagnosis, AHealthyRunSaysHowManyStepsItCheckedOnlyWhenItHadSome) {
   EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output of 1 step was finite");
   s.steps = 12;
   EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output of 12 steps was finite");
+  // An evaluation script: its steps are forward passes.
+  s.forward_passes = true;
+  EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output of 12 forward passes was finite");
+  EXPECT_NE(RenderText(s, 100, false).find("12 forward passes, no training"), std::string::npos);
+  s.steps = 1;
+  EXPECT_EQ(Diagnose(s).evidence.front(), "every checked output of 1 forward pass was finite");
 }
 
 // A GPU result has no fp32 recomputation to tell overflow from the
