@@ -26,12 +26,10 @@ double Now() {
 constexpr double kHeadroomGrowth = 1.25;
 
 // `e` only casts a number the program wrote, wrapped into a one-value
-// tensor by torch: every output is one value, and every non-finite input
-// such a number.
+// tensor by torch: it copies values (a cast), every output is one value,
+// and every non-finite input is such a number.
 bool CastsPythonNumber(const OpEvent& e, const std::vector<InputFacts>& inputs) {
-  static constexpr absl::string_view kCasts[] = {"aten::_to_copy", "aten::to",
-                                                 "aten::copy_"};
-  if (std::find(std::begin(kCasts), std::end(kCasts), e.op) == std::end(kCasts)) return false;
+  if (!CopiesValues(e.op)) return false;
   for (const TensorFacts& t : e.outputs) {
     if (t.counts.elements != 1) return false;
   }
@@ -300,7 +298,8 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
           steps_.OnOp(e.phase, e.grad_enabled, e.takes_grad_input)) {
         WriteStepBegunLocked(now);
       }
-      RenumberLocked();  // the first backward op undid the forward passes counted
+      // The first backward op undid the forward passes counted.
+      if (e.phase == Phase::kBackward) RenumberLocked();
       e.phase = steps_.Refine(e.phase, e.grad_enabled, e.takes_grad_input);
     }
     // Parameters read without grad after the update (a master-weights copy,
@@ -434,7 +433,8 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
   if (top_level && steps_.OnOp(phase, grad_enabled, takes_grad_input)) {
     WriteStepBegunLocked(clock_());
   }
-  RenumberLocked();  // the first backward op undid the forward passes counted
+  // The first backward op undid the forward passes counted.
+  if (phase == Phase::kBackward) RenumberLocked();
   StepStateChangedLocked();
   const Phase refined = steps_.Refine(phase, grad_enabled, takes_grad_input);
   step_trained_ |= (takes_grad_input && grad_enabled) || refined == Phase::kBackward;

@@ -41,9 +41,8 @@
 // pass (OnPassStart). Ops that set a model up (moves, casts, initialisers:
 // SetsUpParameters in core/op_policy.h) count no pair: .to() to where the
 // model is and the .half() after it read each parameter twice. Once the
-// process trains, these advances are undone: a
-// validation before the first training step stays in step 0, as it was
-// before passes were counted.
+// process trains, these advances are undone: a validation before the first
+// training step stays in step 0, as it was before passes were counted.
 //
 // Ops that run after backward with grad mode off (C++ optimizers, gradient
 // clipping, GradScaler's unscale, hand-written updates) are the update, not

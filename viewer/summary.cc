@@ -189,6 +189,7 @@ std::string TimesFp16Max(double v) {
 RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
   std::set<std::string> commands, dtypes, settings;
+  s.forward_passes = !traces.empty();  // until a trace that trained
   std::map<std::tuple<std::string, std::string, bool>, OpTotals> ops;  // op, phase, mask
   std::map<std::tuple<std::string, std::string, std::string>, UncheckedRow> unchecked;
   std::map<std::string, PhaseTotals> phases;
@@ -371,8 +372,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     program_skips.insert(t.program_skipped_steps.begin(), t.program_skipped_steps.end());
     unfinished.insert(t.unfinished_steps.begin(), t.unfinished_steps.end());
     const auto passes = t.meta.find("forward_passes_as_steps");
-    s.forward_passes = (&t == &traces.front() || s.forward_passes) &&
-                       passes != t.meta.end() && passes->second == "1";
+    s.forward_passes &= passes != t.meta.end() && passes->second == "1";
     for (const StepRow& st : t.steps) {
       s.steps = std::max(s.steps, st.step + 1);
       if (st.nonfinite_ops == 0) continue;

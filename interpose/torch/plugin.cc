@@ -481,21 +481,18 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
   return storages;
 }
 
-bool AnyRequiresGrad(c10::ArrayRef<const c10::IValue> inputs) {
-  for (const c10::IValue& v : inputs) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) return true;
-  }
-  return false;
-}
-
-// The memory of the first input that requires grad (a parameter), or null.
-const void* FirstGradInputStorage(c10::ArrayRef<const c10::IValue> inputs) {
+// The first input that requires grad (a parameter), or null.
+const at::Tensor* FirstGradInput(c10::ArrayRef<const c10::IValue> inputs) {
   for (const c10::IValue& v : inputs) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) {
-      return StorageKey(v.toTensor());
+      return &v.toTensor();
     }
   }
   return nullptr;
+}
+
+bool AnyRequiresGrad(c10::ArrayRef<const c10::IValue> inputs) {
+  return FirstGradInput(inputs) != nullptr;
 }
 
 bool AnyRequiresGrad(const std::vector<c10::IValue>& inputs) {
@@ -767,7 +764,8 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   }
   // Inputs first: until a process trains, every top-level op comes here,
   // and most take no parameter.
-  if (!AnyRequiresGrad(fn.inputs())) return;
+  const at::Tensor* parameter = FirstGradInput(fn.inputs());
+  if (parameter == nullptr) return;
   DeviceOpCall call;
   call.grad_enabled = c10::GradMode::is_enabled();
   call.phase = CurrentPhase(ts, call.grad_enabled);
@@ -782,7 +780,7 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
       [] { return NonFiniteStillHeld(/*counting_single_values=*/false); }, fn.name(),
       // Sample mode sees some op calls only: no pair can be told to come
       // twice in a pass.
-      session.sampler() == nullptr ? FirstGradInputStorage(fn.inputs()) : nullptr);
+      session.sampler() == nullptr ? StorageKey(*parameter) : nullptr);
   ts.busy = false;
 }
 
