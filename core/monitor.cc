@@ -138,7 +138,8 @@ int64_t Monitor::next_step() const {
 
 void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input,
                                 absl::FunctionRef<bool()> nonfinite_gradients_held,
-                                absl::string_view op, const void* parameter) {
+                                absl::string_view op, const void* parameter,
+                                int64_t next_node, uint64_t thread) {
   absl::MutexLock lock(&mu_);
   // The same judgement and step as at its end (RecordOp, NoteLateOp), which
   // then finds nothing left to do.
@@ -147,11 +148,44 @@ void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_
                                     nonfinite_gradients_held, now);
   // A forward pass begins only here, at the op's start: its end would count
   // it again.
-  if (steps_.OnOp(phase, grad_enabled, takes_grad_input) ||
-      (phase == Phase::kForward && steps_.OnPassStart(op, parameter))) {
-    WriteStepBegunLocked(now);
+  bool began = steps_.OnOp(phase, grad_enabled, takes_grad_input) ||
+               (phase == Phase::kForward && steps_.OnPassStart(op, parameter));
+  // The op that began a step is its first pair; one in a step that made
+  // inf/NaN may begin the next.
+  if (phase == Phase::kForward && grad_enabled && config_.mode != Mode::kSample &&
+      steps_.OnTrainingPass(op, parameter, !began && step_nonfinite_ops_ > 0, next_node,
+                            thread)) {
+    began = true;
   }
+  if (began) WriteStepBegunLocked(now);
   StepStateChangedLocked();
+}
+
+bool Monitor::WouldGiveUpIteration(absl::string_view op, const void* parameter) const {
+  absl::MutexLock lock(&mu_);
+  return config_.mode != Mode::kSample && steps_.ReadsAnchorAgain(op, parameter);
+}
+
+void Monitor::OnBackwardNode(int64_t seq, uint64_t forward_thread) {
+  absl::MutexLock lock(&mu_);
+  steps_.OnBackwardNode(seq, forward_thread);
+  RenumberLocked();
+  StepStateChangedLocked();
+}
+
+void Monitor::WriteGivenUpLocked(bool all) {
+  for (const int64_t step : steps_.TakeGivenUpIterations(all)) {
+    ++given_up_confirmed_;
+    if (writer_) {
+      writer_->Add(EventRow{clock_(), kGaveUpIteration,
+                            absl::StrCat("step ", step, ": ", kGaveUpIterationDetail)});
+    }
+  }
+}
+
+int64_t Monitor::iterations_given_up() const {
+  absl::MutexLock lock(&mu_);
+  return given_up_confirmed_;
 }
 
 bool Monitor::counted_forward_passes() const {
@@ -389,7 +423,8 @@ void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite, bo
   }
   ++call_index_;
   if (nonfinite) {
-    ++step_nonfinite_ops_;
+    // The step's first: its next pass may give it up (step_may_begin_).
+    if (++step_nonfinite_ops_ == 1) StepStateChangedLocked();
     drops_.CountNonFinite(steps_.step());
   }
   if (std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
@@ -978,6 +1013,7 @@ void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
 
 void Monitor::FlushStep() {
   absl::MutexLock lock(&mu_);
+  WriteGivenUpLocked(/*all=*/true);  // the last ones, with no iteration after them
   // At exit: what ran after the last step ended is only a step if it
   // trained (a run killed mid-step); its statistics are written either way.
   if (update_ended_at_) {

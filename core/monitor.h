@@ -306,10 +306,35 @@ class Monitor {
   bool step_may_begin() const { return step_may_begin_.load(std::memory_order_relaxed); }
   // Before the process trains, `op` and `parameter` (the memory of its
   // first input that requires grad) tell where a forward pass begins
-  // (StepTracker::OnPassStart).
+  // (StepTracker::OnPassStart); once it trains, with `next_node` and
+  // `thread` (at::sequence_number::peek, the thread's RecordFunction id),
+  // where the program gave an iteration up (StepTracker::OnTrainingPass).
   void OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_input,
                          absl::FunctionRef<bool()> nonfinite_gradients_held,
-                         absl::string_view op = "", const void* parameter = nullptr);
+                         absl::string_view op = "", const void* parameter = nullptr,
+                         int64_t next_node = -1, uint64_t thread = 0);
+  // Whether the open step may be an iteration the program gives up
+  // (StepTracker::may_give_up_iteration): a GPU program's results are then
+  // delivered before its next pass is judged (WouldGiveUpIteration). One
+  // load, no lock.
+  bool may_give_up_iteration() const {
+    return may_give_up_iteration_.load(std::memory_order_relaxed);
+  }
+  // Whether top-level op `op` reading `parameter` would give the open
+  // step up, should the step have made inf/NaN.
+  bool WouldGiveUpIteration(absl::string_view op, const void* parameter) const;
+  // Iterations given up, not undone yet: each backward node is told to
+  // OnBackwardNode. One load, no lock.
+  bool watches_backward_nodes() const {
+    return watches_backward_nodes_.load(std::memory_order_relaxed);
+  }
+  // A backward node of forward op number `seq` of thread `forward_thread`
+  // ran (StepTracker::OnBackwardNode).
+  void OnBackwardNode(int64_t seq, uint64_t forward_thread);
+  // Iterations the program gave up before their backward pass, on a
+  // non-finite loss (StepTracker::OnTrainingPass): each a step of its own,
+  // with an events row kGaveUpIteration.
+  int64_t iterations_given_up() const;
   // The process never trained and counted its forward passes as steps (an
   // evaluation or inference script).
   bool counted_forward_passes() const;
@@ -410,12 +435,23 @@ class Monitor {
   // step_may_begin_. An iteration without an optimizer step is judged at a
   // forward op only when its backward pass made inf/NaN, so only then
   // (and where a step waits to begin) do the op starts take the lock.
+  // So, too, once a training step has made inf/NaN before its backward
+  // pass (it may be given up), and at a step's first pass (its first pair).
   void StepStateChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool watch_passes = config_.mode != Mode::kSample;
+    const bool may_give_up = watch_passes && steps_.may_give_up_iteration();
     step_may_begin_.store(steps_.step_may_begin() ||
                               (!step_bad_backward_op_.empty() &&
-                               steps_.AtIterationWithoutUpdate(Phase::kForward, true, true)),
+                               steps_.AtIterationWithoutUpdate(Phase::kForward, true, true)) ||
+                              (watch_passes && steps_.wants_anchor()) ||
+                              (may_give_up && step_nonfinite_ops_ > 0),
                           std::memory_order_relaxed);
+    may_give_up_iteration_.store(may_give_up, std::memory_order_relaxed);
+    watches_backward_nodes_.store(steps_.has_given_up_iterations(), std::memory_order_relaxed);
+    WriteGivenUpLocked(/*all=*/false);
   }
+  // Events rows for the iterations given up that the tracker confirmed.
+  void WriteGivenUpLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OnOp began a step: the last one's row, ended at its last optimizer
   // record when one ended it.
   void WriteStepBegunLocked(double now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -496,6 +532,8 @@ class Monitor {
   std::optional<double> update_ended_at_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> step_may_begin_{true};  // steps_.step_may_begin(), kept by
                                              // StepStateChangedLocked
+  std::atomic<bool> may_give_up_iteration_{false}, watches_backward_nodes_{false};  // also
+  int64_t given_up_confirmed_ ABSL_GUARDED_BY(mu_) = 0;  // events rows written
   // Verdicts waiting for GPU results, and the last step kNonFiniteDropped
   // was written for (once a step, though a step of several optimizer
   // records has its verdict at each).

@@ -24,8 +24,67 @@ bool StepTracker::BeginStepAfterUpdate(Phase phase, bool grad_enabled,
     return false;
   }
   step_ended_ = false;
+  ConfirmGivenUp();
   ++step_;
   return true;
+}
+
+bool StepTracker::OnTrainingPass(absl::string_view op, const void* parameter,
+                                 bool nonfinite_so_far, int64_t next_node, uint64_t thread) {
+  // More iterations given up in a row than any RNN has time steps: the
+  // oldest are confirmed, not kept for a backward pass to undo.
+  constexpr size_t kMaxGivenUp = 4096;
+  if (!trained_ || SetsUpParameters(op)) return false;
+  if (anchor_step_ != step_) {
+    if (post_backward_ || in_optimizer_) return false;
+    // Without a parameter's memory (sample mode), a step has no first pair.
+    if (parameter == nullptr) {
+      step_anchor_.reset();
+    } else {
+      step_anchor_.emplace(std::string(op), parameter);
+    }
+    anchor_step_ = step_;
+    return false;
+  }
+  if (!nonfinite_so_far || !ReadsAnchorAgain(op, parameter)) return false;
+  if (given_up_.size() >= kMaxGivenUp) {
+    given_up_confirmed_.push_back(given_up_.front().step);
+    given_up_.erase(given_up_.begin());
+  }
+  given_up_.push_back(GivenUp{step_, next_node, thread});
+  ++step_;
+  anchor_step_ = step_;
+  return true;
+}
+
+void StepTracker::OnBackwardNode(int64_t seq, uint64_t forward_thread) {
+  // AccumulateGrad's number is the largest uint64 (-1 here): it was made
+  // by no forward op.
+  if (seq >= 0) {
+    int64_t undo = 0;
+    // Nodes run from the last made to the first: the pass that began at a
+    // given-up advance reached a node older than it, so they were one.
+    while (!given_up_.empty()) {
+      const GivenUp& g = given_up_.back();
+      if (g.thread != forward_thread || seq >= g.next_node || g.step + 1 + undo != step_) break;
+      ++undo;
+      given_up_.pop_back();
+    }
+    UndoSteps(undo);
+  }
+  backward_step_ = step_;
+}
+
+void StepTracker::ConfirmGivenUp() {
+  for (const GivenUp& g : given_up_) given_up_confirmed_.push_back(g.step);
+  given_up_.clear();
+}
+
+std::vector<int64_t> StepTracker::TakeGivenUpIterations(bool all) {
+  if (all) ConfirmGivenUp();
+  std::vector<int64_t> steps;
+  steps.swap(given_up_confirmed_);
+  return steps;
 }
 
 bool StepTracker::OnPassStart(absl::string_view op, const void* parameter) {
@@ -75,6 +134,7 @@ bool StepTracker::FollowOp(Phase phase, bool grad_enabled, bool takes_grad_input
     if (const int64_t passes = BeginTraining(); passes > 0) Undo(passes);
     saw_backward_ = true;
     post_backward_ = true;
+    backward_step_ = step_;
     update_ended_ = false;
     fallback_advanced_ = false;
     updated_since_backward_ = false;
@@ -107,6 +167,7 @@ bool StepTracker::FollowOp(Phase phase, bool grad_enabled, bool takes_grad_input
     } else {
       ++tentative_;
     }
+    ConfirmGivenUp();
     ++step_;
     return true;
   }
@@ -143,14 +204,18 @@ bool StepTracker::OnOptimizerStepBegin() {
 
 int64_t StepTracker::Undo(int64_t count) {
   tentative_ = 0;
-  if (count <= 0) return step_;
+  UndoSteps(count);
+  return step_;
+}
+
+void StepTracker::UndoSteps(int64_t count) {
+  if (count <= 0) return;
   const int64_t last = step_;
   step_ -= count;
   // Undone twice before the caller read it: the ranges join.
   const int64_t first = renumbering_ ? std::min(renumbering_->first, step_ + 1) : step_ + 1;
   renumbering_ = Renumbering{first, std::max(last, renumbering_ ? renumbering_->last : last),
                              step_};
-  return step_;
 }
 
 int64_t StepTracker::UndoTentative() { return Undo(tentative_); }
@@ -163,6 +228,7 @@ std::optional<StepTracker::Renumbering> StepTracker::TakeRenumbering() {
 
 StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
   if (const int64_t passes = BeginTraining(); passes > 0) Undo(passes);
+  ConfirmGivenUp();  // the iteration after them is over
   fallback_advanced_ = false;
   if (optimizer_since_update_) {
     optimizer_since_update_ = false;
@@ -197,6 +263,7 @@ int64_t StepTracker::OnUpdateSkipped() {
   saw_backward_ = false;
   post_backward_ = false;
   fallback_advanced_ = false;
+  ConfirmGivenUp();
   const int64_t skipped = UndoTentative();
   ++step_;
   return skipped;
@@ -218,6 +285,7 @@ void StepTracker::OnOptimizerStepEnd(bool begin_next_now) {
   fallback_advanced_ = false;
   if (begin_next_now) {
     step_ended_ = false;
+    ConfirmGivenUp();
     ++step_;
   } else {
     step_ended_ = true;

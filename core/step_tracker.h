@@ -44,6 +44,17 @@
 // process trains, these advances are undone: a validation before the first
 // training step stays in step 0, as it was before passes were counted.
 //
+// A training loop may give up an iteration before its backward pass, on
+// a non-finite loss (`if not torch.isfinite(loss): continue`): the next
+// batch's forward pass then reads the step's first (op, parameter) pair
+// again, with no backward op since the step began. When the step has made
+// inf/NaN by then, that read begins the next step (OnTrainingPass), so
+// that step numbers keep counting the program's iterations. Two forward
+// passes into one loss (two views of a batch, a siamese pair) and a layer
+// applied twice in a pass (an RNN cell) read the pair again too: their
+// backward pass reaches an autograd node made before the read (its
+// sequence number is lower), which undoes the advance (OnBackwardNode).
+//
 // Ops that run after backward with grad mode off (C++ optimizers, gradient
 // clipping, GradScaler's unscale, hand-written updates) are the update, not
 // a forward pass: they get the optimizer phase. Once an optimizer record has
@@ -56,6 +67,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
@@ -99,6 +111,48 @@ class StepTracker {
   // the parameter whose memory is `parameter` (see the header) began a
   // forward pass. Returns true when that began a new step.
   bool OnPassStart(absl::string_view op, const void* parameter);
+  // Once the process trains: a top-level forward op `op`, with grad mode
+  // on, read the parameter whose memory is `parameter` (its first input
+  // that requires grad); `nonfinite_so_far`: the open step has made
+  // inf/NaN; `next_node` and `thread`: the sequence number the next
+  // autograd node of this thread will get (at::sequence_number::peek) and
+  // the thread's id. Returns true when that began a new step: the step's
+  // first pair read again before any backward op of the step, after inf/NaN
+  // (the program gave the iteration up; see the header).
+  bool OnTrainingPass(absl::string_view op, const void* parameter, bool nonfinite_so_far,
+                      int64_t next_node, uint64_t thread);
+  // Whether OnTrainingPass may begin a step once the open step makes
+  // inf/NaN: the process trains, the step's first pair is known, and no
+  // backward op or optimizer record came since it began.
+  bool may_give_up_iteration() const {
+    // Not before the program has shown how its iterations end (an update or
+    // a skip): its first ones may be micro-batches, with tentative numbers.
+    return trained_ && anchor_step_ == step_ && backward_step_ != step_ && !in_optimizer_ &&
+           !step_ended_ && (seen_optimizer_ || seen_update_) && tentative_ == 0;
+  }
+  // The open step's first pair is not known yet (OnTrainingPass learns it
+  // at the step's first forward op with grad mode on that reads one).
+  bool wants_anchor() const {
+    return trained_ && anchor_step_ != step_ && !post_backward_ && !in_optimizer_;
+  }
+  // Whether OnTrainingPass of `op` on `parameter` would begin a step, had
+  // the open step made inf/NaN.
+  bool ReadsAnchorAgain(absl::string_view op, const void* parameter) const {
+    return may_give_up_iteration() && step_anchor_ && step_anchor_->second == parameter &&
+           step_anchor_->first == op;
+  }
+  // Steps OnTrainingPass began and no backward node has undone yet.
+  bool has_given_up_iterations() const { return !given_up_.empty(); }
+  // A backward node ran, made by forward op number `seq` of thread
+  // `forward_thread` (RecordFunction's seqNr and forwardThreadId): the
+  // advances of OnTrainingPass made after that op were passes of the same
+  // iteration, undone (TakeRenumbering).
+  void OnBackwardNode(int64_t seq, uint64_t forward_thread);
+  // The steps the program gave up (OnTrainingPass) that nothing can undo
+  // any more: another iteration began since (or, with `all`, the process
+  // ends). Reading clears them.
+  std::vector<int64_t> TakeGivenUpIterations(bool all = false);
+
   // Whether a backward op or an optimizer record was seen.
   bool trained() const { return trained_; }
   // The process has not trained, and counts its forward passes as steps.
@@ -153,6 +207,11 @@ class StepTracker {
   bool FollowOp(Phase phase, bool grad_enabled, bool takes_grad_input);
   // Undoes the last `count` advances; returns the step they return to.
   int64_t Undo(int64_t count);
+  // Undo's renumbering, which leaves the count of tentative advances.
+  void UndoSteps(int64_t count);
+  // A step began that OnTrainingPass did not begin: the iterations given
+  // up before it are confirmed.
+  void ConfirmGivenUp();
   // Undoes the tentative advances; returns the step they return to.
   int64_t UndoTentative();
   // The process trains: it counts no more forward passes. Returns how many
@@ -180,6 +239,19 @@ class StepTracker {
   absl::flat_hash_map<OpOnParameter, int64_t> pass_of_pair_;
   std::optional<OpOnParameter> pass_anchor_, last_pair_;
   int64_t passes_ = 0;  // advances made counting forward passes
+  // Once training: the step whose first pair step_anchor_ is, the step of
+  // the last backward op, and the iterations given up (OnTrainingPass): the
+  // step each was, and the thread and first autograd node number of the
+  // pass that began after it.
+  std::optional<OpOnParameter> step_anchor_;
+  int64_t anchor_step_ = -1, backward_step_ = -1;
+  struct GivenUp {
+    int64_t step;
+    int64_t next_node;
+    uint64_t thread;
+  };
+  std::vector<GivenUp> given_up_;
+  std::vector<int64_t> given_up_confirmed_;
 };
 
 }  // namespace nanhunt

@@ -49,6 +49,14 @@ inline constexpr const char kProgramSkippedUpdateDetail[] =
     "step; no gradient, weight or buffer kept them: the program skipped "
     "the update (its own loss scaler)";
 
+// An events row for an iteration the program gave up before its backward
+// pass (Monitor::iterations_given_up); its detail starts "step N: ".
+inline constexpr const char kGaveUpIteration[] = "iteration_given_up";
+inline constexpr const char kGaveUpIterationDetail[] =
+    "the forward pass made inf/NaN, then the next batch began without a "
+    "backward pass: the program gave the iteration up (on a non-finite "
+    "loss)";
+
 // An events row for a step the process ended in, after it trained and
 // before its optimizer step ended it (a run that stopped mid-iteration);
 // its detail starts "step N: ".

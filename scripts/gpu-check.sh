@@ -257,6 +257,31 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/evaluation-check.txt || { failed+=("evaluation on CUDA"); tail -20 "$build"/evaluation.log; }
 
+echo "== iterations given up on a non-finite loss, on CUDA: a step each; two views, an RNN cell: one step"
+for mode in continue two-views rnn; do
+  on_cuda "$build/given-up-$mode" skip_nonfinite_loss.py "$mode" &
+done
+wait
+("$python" - "$build" <<'PY'
+import json, sys
+bad = 0
+for mode, nonfinite, given_up in (("continue", [3, 4], [3, 4]),
+                                  ("two-views", list(range(3, 10)), []),
+                                  ("rnn", list(range(3, 10)), [])):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/given-up-{mode}.json"))
+    except Exception as e:
+        r = {"error": repr(e)}
+    o = r.get("first_origin") or {}
+    ok = ((o.get("step"), o.get("phase"), r.get("steps"), r.get("nonfinite_steps"),
+           r.get("given_up_steps")) == (3, "forward", 10, nonfinite, given_up))
+    bad += not ok
+    print(f"given up, {mode}, CUDA: first origin {o.get('op')} step {o.get('step')}, "
+          f"{r.get('steps')} steps, given up {r.get('given_up_steps')}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if bad else 0)
+PY
+) | tee "$build"/given-up-check.txt || { failed+=("given-up iterations on CUDA"); tail -20 "$build"/given-up-continue.log; }
+
 echo "== side streams and a second GPU (when there is one), under nanhunt"
 rm -rf "$build"/streams
 "$build"/bin/nanhunt run --out "$build"/streams -- "$python" tests/gpu/streams_and_devices.py \
@@ -388,7 +413,7 @@ echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
 for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
-    evaluation-check \
+    evaluation-check given-up-check \
     streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"

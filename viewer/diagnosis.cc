@@ -254,9 +254,23 @@ void AddSampleModeCaution(const RunSummary& s, Diagnosis& d) {
 
 }  // namespace
 
+// Iterations the program gave up on a non-finite loss (its own
+// `if not torch.isfinite(loss): continue`) kept their inf/NaN out of the
+// weights: worth knowing before reading the origin as the run's end.
+void AddGivenUpEvidence(const RunSummary& s, Diagnosis& d) {
+  if (s.given_up_steps.empty() || d.kind == "healthy") return;
+  const size_t n = s.given_up_steps.size();
+  d.evidence.push_back(absl::StrCat(
+      "the program gave up ", n, n == 1 ? " iteration" : " iterations",
+      " on a non-finite loss (steps ", StepRanges(s.given_up_steps),
+      "): each forward pass made inf/NaN and the next batch began without a backward "
+      "pass, so nothing of it reached the weights"));
+}
+
 Diagnosis Diagnose(const RunSummary& s) {
   Diagnosis d = DiagnoseRun(s);
   AddSampleModeCaution(s, d);
+  AddGivenUpEvidence(s, d);
   return d;
 }
 
@@ -266,8 +280,10 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") return NonFiniteInput(s, f);
-    // Steps a loss scaler skipped are no steps that dropped what they made.
-    if (s.program_skipped_steps.empty()) {
+    // Steps a loss scaler skipped are no steps that dropped what they made,
+    // nor are iterations given up on a non-finite loss: what made it is
+    // what cost the program those iterations.
+    if (s.program_skipped_steps.empty() && s.given_up_steps.empty()) {
       if (auto dropped = DroppedWithinSteps(s, f)) return *dropped;
     }
     // A matmul beside a mask (baddbmm) that made +inf overflowed: its

@@ -110,6 +110,7 @@ std::string StepStrip(const RunSummary& s, size_t width) {
   std::vector<int64_t> skipped = s.skipped_steps;
   for (const SkipRow& k : s.nanhunt_skips) skipped.push_back(k.step);
   skipped.insert(skipped.end(), s.program_skipped_steps.begin(), s.program_skipped_steps.end());
+  skipped.insert(skipped.end(), s.given_up_steps.begin(), s.given_up_steps.end());
   for (int64_t st : skipped) {
     if (st >= 0 && st < s.steps) strip[static_cast<size_t>(st / per)] = 's';
   }
@@ -195,7 +196,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   std::map<std::string, PhaseTotals> phases;
   std::set<int64_t> bad_steps;
   std::set<int64_t> kept_steps;  // of bad_steps
-  std::set<int64_t> program_skips;
+  std::set<int64_t> program_skips, given_up;
   std::set<int64_t> unfinished;
   for (const Trace& t : traces) {
     s.traces.push_back(t.path);
@@ -370,6 +371,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       total.last_step = std::max(total.last_step, u.last_step);
     }
     program_skips.insert(t.program_skipped_steps.begin(), t.program_skipped_steps.end());
+    given_up.insert(t.given_up_steps.begin(), t.given_up_steps.end());
     unfinished.insert(t.unfinished_steps.begin(), t.unfinished_steps.end());
     const auto passes = t.meta.find("forward_passes_as_steps");
     s.forward_passes &= passes != t.meta.end() && passes->second == "1";
@@ -380,7 +382,8 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       const auto gone = [&](const std::vector<int64_t>& steps) {
         return std::find(steps.begin(), steps.end(), st.step) != steps.end();
       };
-      if (!gone(t.dropped_steps) && !gone(t.program_skipped_steps)) {
+      if (!gone(t.dropped_steps) && !gone(t.program_skipped_steps) &&
+          !gone(t.given_up_steps)) {
         kept_steps.insert(st.step);
       }
     }
@@ -412,6 +415,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   s.nonfinite_steps.assign(bad_steps.begin(), bad_steps.end());
   s.nonfinite_steps_kept.assign(kept_steps.begin(), kept_steps.end());
   s.program_skipped_steps.assign(program_skips.begin(), program_skips.end());
+  s.given_up_steps.assign(given_up.begin(), given_up.end());
   s.unfinished_steps.assign(unfinished.begin(), unfinished.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
   return s;
@@ -679,6 +683,13 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                     "\n  each: non-finite gradients thrown away, then the next batch "
                     "without an optimizer step\n");
   }
+  if (!s.given_up_steps.empty()) {
+    absl::StrAppend(&out, "\n", bold, "ITERATIONS GIVEN UP", reset,
+                    " (by the program, on a non-finite loss)\n  ", s.given_up_steps.size(),
+                    " of ", s.steps, " steps: ", Fit(StepRanges(s.given_up_steps), w / 2),
+                    "\n  each: the forward pass made inf/NaN, then the next batch began "
+                    "without a backward pass; nothing of it reached the weights\n");
+  }
   if (!s.fp32_ops.empty() || !s.fp32_learned.empty() || s.bf16_switches > 0 ||
       !s.nanhunt_skips.empty()) {
     absl::StrAppend(&out, "\n", bold, "INTERVENTIONS", reset,
@@ -911,6 +922,9 @@ std::string RenderJson(const RunSummary& s) {
   j.EndArray();
   j.Key("program_skipped_steps").BeginArray();
   for (int64_t st : s.program_skipped_steps) j.Int(st);
+  j.EndArray();
+  j.Key("given_up_steps").BeginArray();
+  for (int64_t st : s.given_up_steps) j.Int(st);
   j.EndArray();
   j.Key("interventions").BeginObject();
   j.Key("fp32_ops").BeginObject();

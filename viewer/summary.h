@@ -51,6 +51,9 @@ struct RunSummary {
   // Steps whose program skipped the update itself (its own loss scaler:
   // Trace::program_skipped_steps); they are not in nonfinite_steps_kept.
   std::vector<int64_t> program_skipped_steps;
+  // Iterations the program gave up before their backward pass on a
+  // non-finite loss (Trace::given_up_steps); not in nonfinite_steps_kept.
+  std::vector<int64_t> given_up_steps;
   // Steps a process ended in before their update or skip (a run stopped
   // mid-iteration): no loss scaler decided on them.
   std::vector<int64_t> unfinished_steps;

@@ -374,6 +374,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   if (!has_mask_rows) InferMasks(t);
   t.dropped_steps = StepsOfEvents(db, kNonFiniteDropped, t.problems);
   t.program_skipped_steps = StepsOfEvents(db, kProgramSkippedUpdate, t.problems);
+  t.given_up_steps = StepsOfEvents(db, kGaveUpIteration, t.problems);
   t.unfinished_steps = StepsOfEvents(db, kUnfinishedStep, t.problems);
   if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later
     Query(db, "loss_scale",

@@ -57,6 +57,9 @@ struct Trace {
   // Iterations whose program skipped the update itself, each a step
   // (events kProgramSkippedUpdate).
   std::vector<int64_t> program_skipped_steps;
+  // Iterations the program gave up before their backward pass, on a
+  // non-finite loss, each a step (events kGaveUpIteration).
+  std::vector<int64_t> given_up_steps;
   // The step the process ended in mid-iteration (events kUnfinishedStep).
   std::vector<int64_t> unfinished_steps;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)

@@ -346,14 +346,19 @@ void DeliverEverythingEnqueued(Session& session) {
 
 void NoteHostReadOfDevice() { g_device_read.store(true, std::memory_order_relaxed); }
 
-void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& session) {
+bool DeviceReadSinceIterationBegan() { return g_device_read.load(std::memory_order_relaxed); }
+
+void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& session,
+                                          const char* op, const void* parameter) {
   if (!g_device_read.load(std::memory_order_relaxed)) return;  // every op: one load
   // Only an op that may begin an iteration (StepTracker::AtIterationWithoutUpdate).
   if (call.phase != Phase::kForward || !call.grad_enabled || !call.takes_grad_input) return;
   g_device_read.store(false, std::memory_order_relaxed);
-  if (LateResults() == nullptr ||
-      !session.monitor().JudgesIterationWithoutUpdate(call.phase, call.grad_enabled,
-                                                      call.takes_grad_input)) {
+  if (LateResults() == nullptr) return;
+  Monitor& monitor = session.monitor();
+  if (!monitor.JudgesIterationWithoutUpdate(call.phase, call.grad_enabled,
+                                            call.takes_grad_input) &&
+      !(monitor.may_give_up_iteration() && monitor.WouldGiveUpIteration(op, parameter))) {
     return;
   }
   DeliverEverythingEnqueued(session);

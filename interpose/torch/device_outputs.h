@@ -64,8 +64,14 @@ void NoteHostReadOfDevice();
 // check enqueued so far is delivered (waiting for the GPU): whether the
 // program skipped its update is judged by the backward pass's results, and
 // the ops after them that freed or zeroed its gradients. An iteration that
-// read nothing from the GPU cannot have decided to skip: no wait.
-void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& session);
+// read nothing from the GPU cannot have decided to skip: no wait. So, too,
+// when `op` reading `parameter` would give the open step up had it made
+// inf/NaN (Monitor::WouldGiveUpIteration): whether it did is in its results.
+void DeliverResultsBeforeIterationVerdict(const DeviceOpCall& call, Session& session,
+                                          const char* op = "", const void* parameter = nullptr);
+// Whether the program read a GPU value since the last top-level forward op
+// on a parameter with grad mode on.
+bool DeviceReadSinceIterationBegan();
 // As an optimizer step ends, once a step that updated had made inf/NaN
 // (Monitor::update_made_nonfinite; not in sample mode, nor while the
 // thread's stream captures a graph): every check enqueued so far is

@@ -5,6 +5,7 @@
 // the torch of the active Python. Nothing here throws into torch: each
 // callback catches everything, reports the first internal error once, and
 // turns monitoring off for the rest of the process.
+#include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 
@@ -774,13 +775,14 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   call.top_level = true;
   Session& session = *Session::Get();
   ts.busy = true;  // as at an op's end: what this runs is no op of the model's
-  DeliverResultsBeforeIterationVerdict(call, session);
+  // Sample mode sees some op calls only: no pair can be told to come
+  // twice in a pass.
+  const void* pair_parameter = session.sampler() == nullptr ? StorageKey(*parameter) : nullptr;
+  DeliverResultsBeforeIterationVerdict(call, session, fn.name(), pair_parameter);
   session.monitor().OnTopLevelOpStart(
       call.phase, call.grad_enabled, call.takes_grad_input,
       [] { return NonFiniteStillHeld(/*counting_single_values=*/false); }, fn.name(),
-      // Sample mode sees some op calls only: no pair can be told to come
-      // twice in a pass.
-      session.sampler() == nullptr ? StorageKey(*parameter) : nullptr);
+      pair_parameter, static_cast<int64_t>(at::sequence_number::peek()), fn.threadId());
   ts.busy = false;
 }
 
@@ -815,6 +817,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
       case at::RecordScope::BACKWARD_FUNCTION:
         f.kind = FrameKind::kBackwardNode;
         f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
+        if (Session::Get()->monitor().watches_backward_nodes()) {
+          Session::Get()->monitor().OnBackwardNode(fn.seqNr(), fn.forwardThreadId());
+        }
         break;
       default: {
         WatchLossScale(ts);
@@ -838,7 +843,12 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           f.kind = FrameKind::kOther;
           break;
         }
-        if (Session::Get()->monitor().step_may_begin()) BeginStepAtTopLevelOp(fn, ts);
+        // A GPU program that read a value (its loss) in a step that may be
+        // given up: its results may say the step made inf/NaN.
+        if (Session::Get()->monitor().step_may_begin() ||
+            (Session::Get()->monitor().may_give_up_iteration() && DeviceReadSinceIterationBegan())) {
+          BeginStepAtTopLevelOp(fn, ts);
+        }
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
           ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
         }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -833,6 +834,64 @@ TEST_F(TracedMonitorTest, AnUpdateTheProgramSkippedIsAStepOfItsOwn) {
   ASSERT_EQ(t->steps.size(), 3u);
   EXPECT_EQ(t->steps[1].nonfinite_ops, 1);
   EXPECT_EQ(t->steps[2].nonfinite_ops, 0);
+}
+
+// An iteration the program gave up on a non-finite loss: the next batch's
+// first op on the step's first parameter begins a step at its start, the
+// trace has an events row for the step given up once the next iteration is
+// over, and its inf counts in its own step. Two passes into one loss: the
+// backward pass reaches the first, and the advance is undone.
+TEST_F(TracedMonitorTest, AnIterationGivenUpIsAStepOfItsOwn) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  const TensorFacts overflowed = Fp16(/*posinf=*/3);
+  const TensorFacts fine = Fp16(0, 0x4000);
+  int w = 0;
+  const auto pass_starts = [&](int64_t next_node) {
+    m.OnTopLevelOpStart(Phase::kForward, true, true, [] { return false; }, "aten::linear", &w,
+                        next_node, /*thread=*/1);
+  };
+  TrainedStep(m, ctx);  // step 0
+  pass_starts(100);
+  EXPECT_EQ(m.step(), 1);
+  EXPECT_FALSE(m.step_may_begin()) << "finite so far: no lock at the next ops' starts";
+  IterationOp(m, ctx, Phase::kForward, overflowed);
+  EXPECT_TRUE(m.step_may_begin());
+  EXPECT_TRUE(m.may_give_up_iteration());
+  EXPECT_TRUE(m.WouldGiveUpIteration("aten::linear", &w));
+  pass_starts(110);  // the next batch: step 1 was given up
+  EXPECT_EQ(m.step(), 2);
+  EXPECT_TRUE(m.watches_backward_nodes());
+  IterationOp(m, ctx, Phase::kForward, fine);
+  IterationOp(m, ctx, Phase::kBackward, fine);
+  m.OnBackwardNode(110, 1);
+  EXPECT_EQ(m.step(), 2);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  pass_starts(200);
+  EXPECT_EQ(m.step(), 3);
+  EXPECT_EQ(m.iterations_given_up(), 1);
+  // Step 3: two views, the first overflows; the backward pass reaches it.
+  IterationOp(m, ctx, Phase::kForward, overflowed);
+  pass_starts(210);
+  EXPECT_EQ(m.step(), 4);
+  IterationOp(m, ctx, Phase::kForward, fine);
+  IterationOp(m, ctx, Phase::kBackward, fine);
+  m.OnBackwardNode(215, 1);
+  m.OnBackwardNode(205, 1);
+  EXPECT_EQ(m.step(), 3);
+  EXPECT_FALSE(m.watches_backward_nodes());
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  m.FlushStep();
+  EXPECT_EQ(m.iterations_given_up(), 1);
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->given_up_steps, std::vector<int64_t>{1});
+  std::map<int64_t, int64_t> nonfinite;  // step: its rows' non-finite ops
+  for (const StepRow& row : t->steps) nonfinite[row.step] += row.nonfinite_ops;
+  EXPECT_EQ(nonfinite, (std::map<int64_t, int64_t>{{0, 0}, {1, 1}, {2, 0}, {3, 1}}));
 }
 
 // The same on a GPU: the backward pass's results arrive late (the plugin

@@ -437,5 +437,160 @@ TEST(StepTracker, AnOptimizerStepWithoutBackwardUndoesTheForwardPasses) {
   EXPECT_FALSE(t.counts_passes());
 }
 
+// A training step's forward op with grad mode on, reading `w` first: what
+// Monitor::OnTopLevelOpStart tells the tracker. `next_node`: the sequence
+// number the op's autograd node gets.
+bool TrainingOp(StepTracker& t, const int* w, bool nonfinite_so_far, int64_t next_node,
+                uint64_t thread = 1) {
+  const bool began = t.OnOp(Phase::kForward, true, true);
+  return t.OnTrainingPass("aten::linear", w, nonfinite_so_far && !began, next_node, thread) ||
+         began;
+}
+
+// A trained iteration: forward (nodes from `first_node`), backward, update.
+void TrainedIteration(StepTracker& t, const int* w, int64_t first_node) {
+  TrainingOp(t, w, false, first_node);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnBackwardNode(first_node + 5, 1);
+  t.OnBackwardNode(first_node, 1);
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+}
+
+TEST(StepTracker, AnIterationGivenUpOnANonFiniteLossIsAStepOfItsOwn) {
+  StepTracker t;
+  int w = 0;
+  TrainedIteration(t, &w, 0);
+  // Step 1's loss is NaN: the program goes on to the next batch
+  // (`if not torch.isfinite(loss): continue`), which reads w first again.
+  EXPECT_TRUE(TrainingOp(t, &w, false, 100));
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_TRUE(t.may_give_up_iteration());
+  EXPECT_TRUE(TrainingOp(t, &w, true, 110));
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_TRUE(t.has_given_up_iterations());
+  t.OnOp(Phase::kBackward, true, true);
+  // The backward pass reaches the nodes of step 2's pass only.
+  t.OnBackwardNode(115, 1);
+  t.OnBackwardNode(-1, 1);  // AccumulateGrad
+  t.OnBackwardNode(110, 1);
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  EXPECT_TRUE(t.TakeGivenUpIterations().empty()) << "not confirmed before the next iteration";
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  EXPECT_TRUE(TrainingOp(t, &w, false, 200));
+  EXPECT_EQ(t.step(), 3);
+  EXPECT_EQ(t.TakeGivenUpIterations(), std::vector<int64_t>{1});
+  EXPECT_TRUE(t.TakeGivenUpIterations().empty()) << "taken once";
+}
+
+TEST(StepTracker, IterationsGivenUpInARowAreAStepEach) {
+  StepTracker t;
+  int w = 0;
+  TrainedIteration(t, &w, 0);
+  TrainingOp(t, &w, false, 100);
+  // NaN weights: every loss from here on is NaN, and no backward pass runs.
+  EXPECT_TRUE(TrainingOp(t, &w, true, 100));
+  EXPECT_TRUE(TrainingOp(t, &w, true, 100));
+  EXPECT_TRUE(TrainingOp(t, &w, true, 100));
+  EXPECT_EQ(t.step(), 4);
+  EXPECT_EQ(t.TakeGivenUpIterations(/*all=*/true), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(StepTracker, AFiniteStepThatReadsItsFirstPairAgainIsOneStep) {
+  StepTracker t;
+  int w = 0, other = 0;
+  TrainedIteration(t, &w, 0);
+  TrainingOp(t, &w, false, 100);
+  EXPECT_FALSE(TrainingOp(t, &w, false, 110)) << "a finite loss: no iteration was given up";
+  EXPECT_FALSE(TrainingOp(t, &other, true, 120)) << "another pair";
+  EXPECT_FALSE(t.OnTrainingPass("aten::matmul", &w, true, 120, 1)) << "another op on w";
+  EXPECT_EQ(t.step(), 1);
+}
+
+TEST(StepTracker, TwoForwardPassesIntoOneLossAreOneStep) {
+  StepTracker t;
+  int w = 0;
+  TrainedIteration(t, &w, 0);
+  // Two views of a batch, the first one's pass made inf: its second pass
+  // looks like a new iteration until the backward pass reaches the first.
+  TrainingOp(t, &w, false, 100);
+  EXPECT_TRUE(TrainingOp(t, &w, true, 110));
+  EXPECT_EQ(t.step(), 2);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnBackwardNode(112, 1);
+  EXPECT_EQ(t.step(), 2);
+  t.OnBackwardNode(7, 2);  // a node of another thread's numbering says nothing
+  EXPECT_EQ(t.step(), 2);
+  t.OnBackwardNode(105, 1);  // made by the first pass
+  EXPECT_EQ(t.step(), 1);
+  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->first, 2);
+  EXPECT_EQ(r->last, 2);
+  EXPECT_EQ(r->to, 1);
+  EXPECT_FALSE(t.has_given_up_iterations());
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  EXPECT_TRUE(TrainingOp(t, &w, false, 200));
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_TRUE(t.TakeGivenUpIterations(true).empty());
+}
+
+TEST(StepTracker, ALayerAppliedThriceInAPassIsOneStep) {
+  StepTracker t;
+  int w = 0;
+  TrainedIteration(t, &w, 0);
+  // An RNN cell over three time steps whose input is data: each reads w
+  // first, after the first made inf.
+  TrainingOp(t, &w, false, 100);
+  TrainingOp(t, &w, true, 110);
+  TrainingOp(t, &w, true, 120);
+  EXPECT_EQ(t.step(), 3);
+  t.OnOp(Phase::kBackward, true, true);
+  for (int64_t node = 125; node >= 100; node -= 5) t.OnBackwardNode(node, 1);
+  EXPECT_EQ(t.step(), 1);
+  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->first, 2);
+  EXPECT_EQ(r->last, 3);
+  EXPECT_EQ(r->to, 1);
+  EXPECT_FALSE(TrainingOp(t, &w, true, 130)) << "after the step's backward op: a micro-batch";
+}
+
+TEST(StepTracker, NoIterationIsGivenUpBeforeTheFirstUpdate) {
+  StepTracker t;
+  int w = 0;
+  // The first iterations' forward passes are counted as passes, undone at
+  // the first backward op; until an update shows how iterations end, a
+  // forward pass after another may be a micro-batch.
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_TRUE(TrainingOp(t, &w, false, 100)) << "the fallback's tentative advance";
+  EXPECT_FALSE(t.may_give_up_iteration());
+  EXPECT_FALSE(TrainingOp(t, &w, true, 110));
+  EXPECT_EQ(t.step(), 1);
+}
+
+TEST(StepTracker, AProgramWithoutOptimizerRecordsGivesIterationsUpToo) {
+  StepTracker t;
+  int w = 0;
+  // A C++ program: forward, backward, an update with grad mode off.
+  TrainingOp(t, &w, false, 0);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOp(Phase::kForward, false, true);
+  EXPECT_TRUE(TrainingOp(t, &w, false, 100)) << "the fallback begins step 1";
+  EXPECT_TRUE(TrainingOp(t, &w, true, 110)) << "step 1 given up";
+  EXPECT_EQ(t.step(), 2);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnBackwardNode(110, 1);
+  t.OnOp(Phase::kForward, false, true);
+  EXPECT_TRUE(TrainingOp(t, &w, false, 200));
+  EXPECT_EQ(t.step(), 3);
+  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  EXPECT_EQ(t.TakeGivenUpIterations(), std::vector<int64_t>{1});
+}
+
 }  // namespace
 }  // namespace nanhunt

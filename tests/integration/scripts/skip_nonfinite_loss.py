@@ -1,0 +1,59 @@
+"""A training loop that skips the iterations whose loss is not finite
+(`if not torch.isfinite(loss): continue`), as many scripts do: batches 3
+and 4 are scaled up until the first linear overflows fp16, and those
+iterations end before their backward pass.
+
+  skip_nonfinite_loss.py continue      the loop above: 10 iterations
+  skip_nonfinite_loss.py two-views     each iteration runs the model on two
+                                       views and backpropagates one loss of
+                                       both (contrastive learning): view 1
+                                       of batch 3 overflows, no skip (its
+                                       NaN reaches the weights: every later
+                                       loss is NaN too)
+  skip_nonfinite_loss.py rnn           the first layer applied to the batch
+                                       twice a pass, its output added (an
+                                       RNN cell over two time steps);
+                                       batch 3 overflows, as above
+
+Prints each iteration's loss. DEVICE=cuda runs it on a GPU."""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+mode = sys.argv[1]
+device = os.environ.get("DEVICE", "cpu")
+first = nn.Linear(32, 32).to(device).half()
+head = nn.Linear(32, 4).to(device).half()
+with torch.no_grad():
+    first.weight.mul_(8)
+params = list(first.parameters()) + list(head.parameters())
+opt = torch.optim.SGD(params, lr=1e-3)
+
+
+def model(x):
+    h = torch.relu(first(x))
+    if mode == "rnn":
+        h = torch.relu(first(x.flip(0)) + h)
+    return head(h)
+
+
+def batch(i, view=0):
+    bad = i in (3, 4) if mode == "continue" else i == 3 and view < 2
+    scale = 2e4 if bad else 1.0
+    return (torch.rand(16, 32) * scale).half().to(device)
+
+
+for i in range(10):
+    if mode == "two-views":
+        loss = model(batch(i, 1)).float().pow(2).mean() + model(batch(i, 2)).float().pow(2).mean()
+    else:
+        loss = model(batch(i)).float().pow(2).mean()
+    print(f"iteration {i} loss {loss.item():.4f}", flush=True)
+    if mode == "continue" and not torch.isfinite(loss):
+        continue
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
