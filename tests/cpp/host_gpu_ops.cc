@@ -49,6 +49,11 @@
 //                                     captured: each iteration's linear
 //                                     but the first on a stream capturing
 //                                     a CUDA graph
+//   host_gpu_ops given-up             8 iterations, of which the program
+//                                     gives 3 and 4 up before their
+//                                     backward pass: a GPU mul overflows
+//                                     fp16, and the program reads its
+//                                     loss's verdict on the host
 //   host_gpu_ops dropped [kept]       a softmax's NaN over a fully masked
 //                                     row, zeroed right after, each step,
 //                                     with results arriving after the
@@ -506,6 +511,43 @@ int OwnLossScaler(bool accumulate, bool captured) {
   return 0;
 }
 
+// A loop that gives an iteration up on a non-finite loss (`if not
+// torch.isfinite(loss): continue`): 8 iterations, each begun by a GPU
+// linear of a GPU parameter; in iterations 3 and 4 its input is scaled up
+// and the GPU mul after it overflows fp16 (1200^2 > 65504). The program
+// reads on the host whether its loss is finite (.item() of a GPU value)
+// and goes on to the next batch without a backward pass; the others train
+// (real CPU steps, in the record Python's optimizers make).
+int GivenUp() {
+  torch::manual_seed(0);
+  torch::nn::Linear model(8, 1);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
+  const torch::Tensor x = torch::randn({16, 8});
+  const torch::Tensor y = torch::randn({16, 1});
+  at::Tensor w = GpuFull({4, 4}, 1.0);
+  w.set_requires_grad(true);  // a parameter on the GPU
+  int given_up = 0;
+  for (int i = 0; i < 8; ++i) {
+    const bool overflow = i == 3 || i == 4;
+    const at::Tensor input = GpuFull({4, 4}, overflow ? 300.0 : 0.5);
+    const at::Tensor h = GpuOp("aten::linear", "", {input, w, c10::IValue()}, [&] {
+      return at::linear(HostOf(input), HostOf(w));
+    });
+    GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
+    // The loss's verdict, computed on the GPU (here: planted).
+    if (!std::isfinite(Item(GpuFull({}, overflow ? INFINITY : 1.0)))) {
+      ++given_up;
+      continue;
+    }
+    optimizer.zero_grad();
+    torch::mse_loss(model->forward(x), y).backward();
+    RECORD_USER_SCOPE("Optimizer.step#SGD.step");
+    optimizer.step();
+  }
+  std::printf("gave up %d iterations\n", given_up);
+  return 0;
+}
+
 std::vector<at::Tensor> g_logged;  // Dropped(kept): the softmaxes, kept
 
 // Under the stand-in library: lets its drain thread deliver all but
@@ -611,8 +653,9 @@ int main(int argc, char** argv) {
     const std::string how = argc > 2 ? argv[2] : "";
     return OwnLossScaler(how == "accumulate", how == "captured");
   }
+  if (what == "given-up") return GivenUp();
   if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | dropped [kept] | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up | dropped [kept] | loop N\n");
   return 2;
 }

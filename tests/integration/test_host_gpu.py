@@ -235,6 +235,24 @@ def test_a_loss_scaler_of_the_programs_own_is_followed_on_a_gpu(out, batch):
     assert muls == [(step, 1) for step in range(8)], muls
 
 
+@pytest.mark.parametrize("batch", ["1", "32"])
+def test_an_iteration_given_up_on_a_gpu_is_a_step_of_its_own(out, batch):
+    # Every result held back (HOST_GPU_LAG), as a GPU behind the host: only
+    # the delivery at the next batch's first op, which the program's read of
+    # its loss allows, tells that iterations 3 and 4 made inf before the
+    # program gave them up.
+    r = run_gpu_ops(["given-up"], out, STAND_IN_PRELOAD, HOST_GPU_LAG="100000",
+                    NANHUNT_GPU_BATCH=batch)
+    assert r.returncode == 0, r.stderr
+    assert "gave up 2 iterations" in r.stdout, r.stdout
+    report = view_json(out)
+    assert report["steps"] == 8, report["steps"]
+    assert report["given_up_steps"] == [3, 4], report["given_up_steps"]
+    assert report["nonfinite_steps"] == [3, 4], report["nonfinite_steps"]
+    first = report["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mul", "forward", 3), first
+
+
 def test_no_wait_for_results_on_a_stream_that_captures_a_graph(out, tmp_path):
     # An iteration's first op on a capturing stream: waiting for the GPU
     # there would end the capture, so its results are not waited for (the
