@@ -269,6 +269,13 @@ void AddGivenUpEvidence(const RunSummary& s, Diagnosis& d) {
 
 Diagnosis Diagnose(const RunSummary& s) {
   Diagnosis d = DiagnoseRun(s);
+  if (d.kind == "healthy" && s.first_given_up) {
+    // Every inf/NaN but those of the iterations given up was handled (a
+    // GradScaler's skips): those cost the program its iterations.
+    RunSummary given_up = s;
+    given_up.first_origin = s.first_given_up;
+    d = DiagnoseRun(given_up);
+  }
   AddSampleModeCaution(s, d);
   AddGivenUpEvidence(s, d);
   return d;

@@ -241,6 +241,11 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (f.kind == "received" && (!s.first_received || Before(f, *s.first_received))) {
         s.first_received = f;
       }
+      if (IsFirstKind(f) && (!s.first_given_up || Before(f, *s.first_given_up)) &&
+          std::find(t.given_up_steps.begin(), t.given_up_steps.end(), f.step) !=
+              t.given_up_steps.end()) {
+        s.first_given_up = f;
+      }
       if (f.kind == "near_max") s.warnings.push_back(f);
     }
     if (auto rank = t.meta.find("rank"); rank != t.meta.end()) {

@@ -38,6 +38,9 @@ struct RunSummary {
   };
   std::vector<RankFirst> ranks;
   std::optional<FindingRow> first_received;
+  // The first origin or input finding in an iteration the program gave up
+  // (given_up_steps): what cost it that iteration.
+  std::optional<FindingRow> first_given_up;
   std::vector<FindingRow> warnings;    // near_max findings, in step order
   std::vector<OpTotals> ops;           // ranked by max |x|, highest first
   std::vector<PhaseTotals> phases;

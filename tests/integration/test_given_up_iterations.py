@@ -28,6 +28,21 @@ def test_an_iteration_given_up_on_a_nonfinite_loss_is_a_step_of_its_own(out):
     assert "...ss....." in text, text
 
 
+def test_iterations_given_up_are_diagnosed_though_gradscaler_handled_the_rest(out):
+    # fp16 autocast with a GradScaler, whose first updates overflow while
+    # its scale settles (skipped, healthy); iterations 3 and 4 overflow in
+    # the forward pass and are given up: they are what the diagnosis names.
+    r = preload_run([PYTHON, SCRIPT, "gradscaler"], out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == run([PYTHON, SCRIPT, "gradscaler"]).stdout, "monitoring changed a result"
+    j = view_json(out)
+    assert j["steps"] == 10 and j["given_up_steps"] == [3, 4], (j["steps"], j["given_up_steps"])
+    assert j["skipped_steps"] and 3 not in j["skipped_steps"], j["skipped_steps"]
+    d = j["diagnosis"]
+    assert d["kind"] == "forward_overflow" and "at step 3" in d["title"], d
+    assert any(e.startswith("the program gave up 2 iterations") for e in d["evidence"]), d
+
+
 @pytest.mark.parametrize("mode", ["two-views", "rnn"])
 def test_passes_of_one_iteration_are_one_step_after_inf(out, mode):
     r = preload_run([PYTHON, SCRIPT, mode], out)

@@ -46,6 +46,29 @@ TEST(Diagnosis, TheProgramsScalerSettlingThenSkippingRarelyIsHealthy) {
       << d.evidence[0];
 }
 
+// A scaler settling at the start is healthy, but iterations the program
+// gave up on a non-finite loss were lost: what made their inf/NaN is the
+// diagnosis, and the evidence says they were given up.
+TEST(Diagnosis, IterationsGivenUpAreDiagnosedThoughAScalerHandledTheRest) {
+  RunSummary s = ProgramScaler(30, {0, 1, 2});
+  FindingRow forward = BackwardOrigin(12);  // as it, in the forward pass
+  forward.op = "aten::addmm";
+  forward.top_op = "aten::linear";
+  forward.phase = "forward";
+  forward.forward_op.clear();
+  forward.max_abs = 147302;
+  s.nonfinite_steps = {0, 1, 2, 12, 13};
+  s.given_up_steps = {12, 13};
+  ASSERT_EQ(Diagnose(s).kind, "healthy") << "without the finding in a step given up";
+  s.first_given_up = forward;
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "forward_overflow") << d.title;
+  EXPECT_NE(d.title.find("at step 12"), std::string::npos) << d.title;
+  EXPECT_TRUE(std::any_of(d.evidence.begin(), d.evidence.end(), [](const std::string& e) {
+    return e.rfind("the program gave up 2 iterations on a non-finite loss (steps 12-13)", 0) == 0;
+  }));
+}
+
 TEST(Diagnosis, TheProgramsScalerSkippingEveryOtherUpdateStalls) {
   RunSummary s = ProgramScaler(20, {0, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19});
   EXPECT_EQ(StepsTheScalerHandled(s, SkipsOf(s)), -1);

@@ -4,6 +4,9 @@ and 4 are scaled up until the first linear overflows fp16, and those
 iterations end before their backward pass.
 
   skip_nonfinite_loss.py continue      the loop above: 10 iterations
+  skip_nonfinite_loss.py gradscaler    the same loop with an fp32 model under
+                                       fp16 autocast and a GradScaler (whose
+                                       scale settles in the first steps)
   skip_nonfinite_loss.py two-views     each iteration runs the model on two
                                        views and backpropagates one loss of
                                        both (contrastive learning): view 1
@@ -25,12 +28,18 @@ import torch.nn as nn
 torch.manual_seed(0)
 mode = sys.argv[1]
 device = os.environ.get("DEVICE", "cpu")
-first = nn.Linear(32, 32).to(device).half()
-head = nn.Linear(32, 4).to(device).half()
+gives_up = mode in ("continue", "gradscaler")
+autocast = mode == "gradscaler"
+first = nn.Linear(32, 32).to(device)
+head = nn.Linear(32, 4).to(device)
+if not autocast:
+    first.half()
+    head.half()
 with torch.no_grad():
     first.weight.mul_(8)
 params = list(first.parameters()) + list(head.parameters())
 opt = torch.optim.SGD(params, lr=1e-3)
+scaler = torch.amp.GradScaler(device, enabled=autocast)
 
 
 def model(x):
@@ -41,19 +50,22 @@ def model(x):
 
 
 def batch(i, view=0):
-    bad = i in (3, 4) if mode == "continue" else i == 3 and view < 2
-    scale = 2e4 if bad else 1.0
-    return (torch.rand(16, 32) * scale).half().to(device)
+    bad = i in (3, 4) if gives_up else i == 3 and view < 2
+    x = torch.rand(16, 32) * (2e4 if bad else 1.0)
+    return (x if autocast else x.half()).to(device)
 
 
 for i in range(10):
-    if mode == "two-views":
-        loss = model(batch(i, 1)).float().pow(2).mean() + model(batch(i, 2)).float().pow(2).mean()
-    else:
-        loss = model(batch(i)).float().pow(2).mean()
+    with torch.autocast(device, dtype=torch.float16, enabled=autocast):
+        if mode == "two-views":
+            loss = (model(batch(i, 1)).float().pow(2).mean()
+                    + model(batch(i, 2)).float().pow(2).mean())
+        else:
+            loss = model(batch(i)).float().pow(2).mean()
     print(f"iteration {i} loss {loss.item():.4f}", flush=True)
-    if mode == "continue" and not torch.isfinite(loss):
+    if gives_up and not torch.isfinite(loss):
         continue
     opt.zero_grad()
-    loss.backward()
-    opt.step()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
