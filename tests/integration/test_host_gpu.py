@@ -40,6 +40,17 @@ def run_logged(args, out, tmp_path, **settings):
     return lines[:-1]
 
 
+def run_held_back(args, out, batch="1"):
+    """Runs the program under the stand-in with every result held back
+    (HOST_GPU_LAG), as a GPU far behind the host: only the deliveries the
+    plugin asks for judge anything before exit. Returns the run and its
+    view --json once it has succeeded."""
+    r = run_gpu_ops(args, out, STAND_IN_PRELOAD, HOST_GPU_LAG="100000",
+                    NANHUNT_GPU_BATCH=batch)
+    assert r.returncode == 0, r.stderr
+    return r, view_json(out)
+
+
 def meta(out):
     (trace,) = sorted(out.glob("*.sqlite"))
     return dict(sqlite3.connect(trace).execute("SELECT key, value FROM meta"))
@@ -214,11 +225,8 @@ def test_a_loss_scaler_of_the_programs_own_is_followed_on_a_gpu(out, batch):
     # HOST_GPU_LAG keeps every result back, as a GPU behind the host: only
     # the delivery before the next iteration's first op, which the read
     # allows, lets its overflowed gradients judge that iteration.
-    r = run_gpu_ops(["own-loss-scaler"], out, STAND_IN_PRELOAD, HOST_GPU_LAG="100000",
-                    NANHUNT_GPU_BATCH=batch)
-    assert r.returncode == 0, r.stderr
+    r, report = run_held_back(["own-loss-scaler"], out, batch)
     assert "the program skipped 3 updates" in r.stderr, r.stderr
-    report = view_json(out)
     assert report["program_skipped_steps"] == [0, 1, 4], report["program_skipped_steps"]
     assert report["steps"] == 8
     assert report["diagnosis"]["title"] == (
@@ -241,11 +249,8 @@ def test_an_iteration_given_up_on_a_gpu_is_a_step_of_its_own(out, batch):
     # the delivery at the next batch's first op, which the program's read of
     # its loss allows, tells that iterations 3 and 4 made inf before the
     # program gave them up.
-    r = run_gpu_ops(["given-up"], out, STAND_IN_PRELOAD, HOST_GPU_LAG="100000",
-                    NANHUNT_GPU_BATCH=batch)
-    assert r.returncode == 0, r.stderr
+    r, report = run_held_back(["given-up"], out, batch)
     assert "gave up 2 iterations" in r.stdout, r.stdout
-    report = view_json(out)
     assert report["steps"] == 8, report["steps"]
     assert report["given_up_steps"] == [3, 4], report["given_up_steps"]
     assert report["nonfinite_steps"] == [3, 4], report["nonfinite_steps"]
