@@ -351,6 +351,12 @@ void Session::Finish() {
                     " after non-finite gradients (a loss scaler of its own), without an "
                     "optimizer step");
   }
+  if (const int64_t given_up = monitor_->iterations_given_up(); given_up > 0) {
+    // Their steps are the program's iterations, not its updates.
+    absl::StrAppend(&line, "\nnanhunt: the program gave up ", given_up, " iteration",
+                    given_up == 1 ? "" : "s",
+                    " on a non-finite loss, before the backward pass (each a step of its own)");
+  }
   if (const int64_t unjudged = monitor_->iterations_unjudged_in_sample_mode();
       unjudged > 0 && monitor_->first_origin()) {
     // The origin above may then be in gradients the program threw away.

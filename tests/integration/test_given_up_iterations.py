@@ -16,6 +16,7 @@ def test_an_iteration_given_up_on_a_nonfinite_loss_is_a_step_of_its_own(out):
     assert r.returncode == 0, r.stderr
     assert r.stdout == run([PYTHON, SCRIPT, "continue"]).stdout, "monitoring changed a result"
     assert "iteration 4 loss nan" in r.stdout and "iteration 5 loss nan" not in r.stdout
+    assert "the program gave up 2 iterations on a non-finite loss" in r.stderr, r.stderr
     j = view_json(out)
     first = j["first_origin"]
     assert (first["op"], first["step"], first["phase"]) == ("aten::addmm", 3, "forward"), first
