@@ -78,10 +78,10 @@ def test_report_opens_offline_with_every_chart_drawn(script, charts, out):
         assert "demo/train.py:30" in dom
 
 
-def test_steps_whose_update_was_skipped_are_grey_among_the_non_finite(out):
-    # A loss scaler of the program's own skips 11 of 30 updates: their
-    # inf/NaN never reached a weight, and the chart tells them apart.
-    r = preload_run([PYTHON, SCRIPTS / "own_loss_scaler.py", "set-to-none"], out)
+def nonfinite_chart(script_args, out):
+    """Runs a Python script under the preload and opens its report: the
+    non-finite chart as drawn (its datasets' point counts) and the DOM."""
+    r = preload_run([PYTHON, *script_args], out)
     assert r.returncode == 0, r.stderr
     page = out / "report.html"
     made = run([NANHUNT, "report", "-o", page, out])
@@ -89,10 +89,26 @@ def test_steps_whose_update_was_skipped_are_grey_among_the_non_finite(out):
     dom, console = open_in_chromium(page)
     assert console == [], console
     [bars] = [c for c in drawn(dom) if c["id"] == "chart-nonfinite"]
+    return bars, dom
+
+
+def test_steps_whose_update_was_skipped_are_grey_among_the_non_finite(out):
+    # A loss scaler of the program's own skips 11 of 30 updates: their
+    # inf/NaN never reached a weight, and the chart tells them apart.
+    bars, dom = nonfinite_chart([SCRIPTS / "own_loss_scaler.py", "set-to-none"], out)
     assert bars["datasets"] == {"inf + NaN values": 0,
                                 "in a step whose update was skipped": 11}, bars
     assert "every inf/NaN was in gradients the program&#39;s loss scaler skipped" in dom or \
         "every inf/NaN was in gradients the program's loss scaler skipped" in dom
+
+
+def test_iterations_given_up_are_grey_among_the_non_finite(out):
+    # The program gives iterations 3 and 4 up on a non-finite loss: their
+    # inf/NaN never reached a weight either.
+    bars, dom = nonfinite_chart([SCRIPTS / "skip_nonfinite_loss.py", "continue"], out)
+    assert bars["datasets"] == {"inf + NaN values": 0,
+                                "in a step whose update was skipped": 2}, bars
+    assert "the program gave up 2 iterations on a non-finite loss (steps 3-4)" in dom
 
 
 def test_report_says_what_the_gpu_checked(out):
