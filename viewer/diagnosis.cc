@@ -264,7 +264,7 @@ void AddGivenUpEvidence(const RunSummary& s, Diagnosis& d) {
       "the program gave up ", n, n == 1 ? " iteration" : " iterations",
       " on a non-finite loss (steps ", StepRanges(s.given_up_steps),
       "): each forward pass made inf/NaN and the next batch began without a backward "
-      "pass, so nothing of it reached the weights"));
+      "pass: no gradient or update came of them"));
 }
 
 Diagnosis Diagnose(const RunSummary& s) {

@@ -693,7 +693,7 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                     " (by the program, on a non-finite loss)\n  ", s.given_up_steps.size(),
                     " of ", s.steps, " steps: ", Fit(StepRanges(s.given_up_steps), w / 2),
                     "\n  each: the forward pass made inf/NaN, then the next batch began "
-                    "without a backward pass; nothing of it reached the weights\n");
+                    "without a backward pass: no gradient or update came of it\n");
   }
   if (!s.fp32_ops.empty() || !s.fp32_learned.empty() || s.bf16_switches > 0 ||
       !s.nanhunt_skips.empty()) {
