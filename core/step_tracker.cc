@@ -36,7 +36,7 @@ bool StepTracker::OnTrainingPass(absl::string_view op, const void* parameter,
   constexpr size_t kMaxGivenUp = 4096;
   if (!trained_ || SetsUpParameters(op)) return false;
   if (anchor_step_ != step_) {
-    if (post_backward_ || in_optimizer_) return false;
+    if (!wants_anchor()) return false;
     // Without a parameter's memory (sample mode), a step has no first pair.
     if (parameter == nullptr) {
       step_anchor_.reset();

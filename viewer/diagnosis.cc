@@ -255,8 +255,8 @@ void AddSampleModeCaution(const RunSummary& s, Diagnosis& d) {
 }  // namespace
 
 // Iterations the program gave up on a non-finite loss (its own
-// `if not torch.isfinite(loss): continue`) kept their inf/NaN out of the
-// weights: worth knowing before reading the origin as the run's end.
+// `if not torch.isfinite(loss): continue`) made no gradient and no update:
+// worth knowing before reading the origin as the run's end.
 void AddGivenUpEvidence(const RunSummary& s, Diagnosis& d) {
   if (s.given_up_steps.empty() || d.kind == "healthy") return;
   const size_t n = s.given_up_steps.size();

@@ -10,6 +10,16 @@
 namespace nanhunt {
 namespace {
 
+// What the tracker's last undo asks the caller to renumber: steps `first`
+// through `last` become step `to`.
+void ExpectRenumbering(StepTracker& t, int64_t first, int64_t last, int64_t to) {
+  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->first, first);
+  EXPECT_EQ(r->last, last);
+  EXPECT_EQ(r->to, to);
+}
+
 TEST(StepTracker, OptimizerRecordsEndSteps) {
   StepTracker t;
   t.OnOp(Phase::kForward, true, true);
@@ -225,11 +235,7 @@ TEST(StepTracker, UndoneAdvancesSayWhichNumbersToRenumber) {
   }
   EXPECT_FALSE(t.TakeRenumbering().has_value()) << "nothing undone yet";
   t.OnOptimizerStepBegin();
-  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->first, 1);
-  EXPECT_EQ(r->last, 2);
-  EXPECT_EQ(r->to, 0);
+  ExpectRenumbering(t, 1, 2, 0);
   EXPECT_FALSE(t.TakeRenumbering().has_value()) << "reading clears it";
   t.OnOptimizerStepEnd();
   EXPECT_FALSE(t.TakeRenumbering().has_value());
@@ -411,11 +417,7 @@ TEST(StepTracker, ForwardPassesBeforeTrainingAreUndoneWhenItTrains) {
   EXPECT_EQ(t.step(), 1);
   t.OnOp(Phase::kBackward, true, true);
   EXPECT_EQ(t.step(), 0);
-  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->first, 1);
-  EXPECT_EQ(r->last, 1);
-  EXPECT_EQ(r->to, 0);
+  ExpectRenumbering(t, 1, 1, 0);
   EXPECT_FALSE(t.counts_passes());
   EXPECT_TRUE(t.trained());
   t.OnOptimizerStepBegin();
@@ -525,11 +527,7 @@ TEST(StepTracker, TwoForwardPassesIntoOneLossAreOneStep) {
   EXPECT_EQ(t.step(), 2);
   t.OnBackwardNode(105, 1);  // made by the first pass
   EXPECT_EQ(t.step(), 1);
-  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->first, 2);
-  EXPECT_EQ(r->last, 2);
-  EXPECT_EQ(r->to, 1);
+  ExpectRenumbering(t, 2, 2, 1);
   EXPECT_FALSE(t.has_given_up_iterations());
   t.OnOptimizerStepBegin();
   t.OnOptimizerStepEnd();
@@ -551,11 +549,7 @@ TEST(StepTracker, ALayerAppliedThriceInAPassIsOneStep) {
   t.OnOp(Phase::kBackward, true, true);
   for (int64_t node = 125; node >= 100; node -= 5) t.OnBackwardNode(node, 1);
   EXPECT_EQ(t.step(), 1);
-  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->first, 2);
-  EXPECT_EQ(r->last, 3);
-  EXPECT_EQ(r->to, 1);
+  ExpectRenumbering(t, 2, 3, 1);
   EXPECT_FALSE(TrainingOp(t, &w, true, 130)) << "after the step's backward op: a micro-batch";
 }
 
