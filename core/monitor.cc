@@ -149,7 +149,9 @@ void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_
   // A forward pass begins only here, at the op's start: its end would count
   // it again.
   bool began = steps_.OnOp(phase, grad_enabled, takes_grad_input) ||
-               (phase == Phase::kForward && steps_.OnPassStart(op, parameter));
+               (phase == Phase::kForward &&
+                steps_.OnPassStart(op, parameter, grad_enabled, step_nonfinite_ops_ > 0,
+                                   next_node, thread));
   // The op that began a step is its first pair; one in a step that made
   // inf/NaN may begin the next.
   if (phase == Phase::kForward && grad_enabled && config_.mode != Mode::kSample &&
@@ -737,14 +739,14 @@ void Monitor::RenumberLocked() {
   // Rows already written under the tentative numbers of micro-batches
   // (the first iteration of gradient accumulation) join their step; GPU
   // results enqueued before and delivered after are renumbered on arrival.
-  const std::optional<StepTracker::Renumbering> r = steps_.TakeRenumbering();
-  if (!r) return;
-  renumberings_.push_back(*r);
-  // Late totals kept under the undone numbers are written first, so that
-  // the renumbering moves them too; step `to` is open again.
-  WriteLateStepsLocked(r->last + 1, r->first);
-  written_through_ = std::min(written_through_, r->to - 1);
-  if (writer_) writer_->Add(StepRenumberRow{r->first, r->last, r->to});
+  for (const StepTracker::Renumbering& r : steps_.TakeRenumberings()) {
+    renumberings_.push_back(r);
+    // Late totals kept under the undone numbers are written first, so that
+    // the renumbering moves them too; step `to` is open again.
+    WriteLateStepsLocked(r.last + 1, r.first);
+    written_through_ = std::min(written_through_, r.to - 1);
+    if (writer_) writer_->Add(StepRenumberRow{r.first, r.last, r.to});
+  }
 }
 
 int64_t Monitor::RenumberedLocked(int64_t step, int64_t renumberings) const {

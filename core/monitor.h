@@ -314,9 +314,9 @@ class Monitor {
                          absl::string_view op = "", const void* parameter = nullptr,
                          int64_t next_node = -1, uint64_t thread = 0);
   // Whether the open step may be an iteration the program gives up
-  // (StepTracker::may_give_up_iteration): a GPU program's results are then
-  // delivered before its next pass is judged (WouldGiveUpIteration). One
-  // load, no lock.
+  // (StepTracker::may_give_up_iteration, or any forward pass before the
+  // process trains): a GPU program's results are then delivered before its
+  // next pass is judged (WouldGiveUpIteration). One load, no lock.
   bool may_give_up_iteration() const {
     return may_give_up_iteration_.load(std::memory_order_relaxed);
   }
@@ -439,7 +439,9 @@ class Monitor {
   // pass (it may be given up), and at a step's first pass (its first pair).
   void StepStateChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const bool watch_passes = config_.mode != Mode::kSample;
-    const bool may_give_up = watch_passes && steps_.may_give_up_iteration();
+    // Before it trains, each forward pass may be an iteration given up.
+    const bool may_give_up =
+        watch_passes && (steps_.may_give_up_iteration() || !steps_.trained());
     step_may_begin_.store(steps_.step_may_begin() ||
                               (!step_bad_backward_op_.empty() &&
                                steps_.AtIterationWithoutUpdate(Phase::kForward, true, true)) ||

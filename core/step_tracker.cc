@@ -87,10 +87,16 @@ std::vector<int64_t> StepTracker::TakeGivenUpIterations(bool all) {
   return steps;
 }
 
-bool StepTracker::OnPassStart(absl::string_view op, const void* parameter) {
+bool StepTracker::OnPassStart(absl::string_view op, const void* parameter, bool grad_enabled,
+                              bool nonfinite_so_far, int64_t next_node, uint64_t thread) {
   // Pairs remembered: more than a model has, should a program never repeat.
   constexpr size_t kMaxPairs = 1 << 16;
+  // Passes given up before the first training step: more than any program
+  // tries before it trains.
+  constexpr size_t kMaxNonFinitePasses = 4096;
   if (trained_ || parameter == nullptr || SetsUpParameters(op)) return false;
+  const bool pass_with_grad = pass_with_grad_;
+  pass_with_grad_ |= grad_enabled;
   OpOnParameter pair(std::string(op), parameter);
   // The same pair twice in a row is one use (one projection of both q and
   // k: x @ w, then y @ w).
@@ -110,28 +116,61 @@ bool StepTracker::OnPassStart(absl::string_view op, const void* parameter) {
     it->second = passes_ + 1;
     pass_anchor_ = std::move(pair);
   }
+  if (pass_with_grad && nonfinite_so_far && nonfinite_passes_.size() < kMaxNonFinitePasses) {
+    nonfinite_passes_.push_back(PassEnd{passes_, next_node, thread});
+  }
+  pass_with_grad_ = grad_enabled;  // this op is the next pass's
   ++passes_;
   ++step_;
   return true;
 }
 
-int64_t StepTracker::BeginTraining() {
-  if (trained_) return 0;
+bool StepTracker::BeginsPass(absl::string_view op, const void* parameter) const {
+  if (trained_ || parameter == nullptr || SetsUpParameters(op)) return false;
+  const OpOnParameter pair(std::string(op), parameter);
+  if (last_pair_ == pair) return false;
+  if (pass_anchor_ == pair) return true;
+  const auto it = pass_of_pair_.find(pair);
+  return it != pass_of_pair_.end() && it->second == passes_;
+}
+
+bool StepTracker::BeginTraining() {
+  if (trained_) return false;
   trained_ = true;
   pass_anchor_.reset();
   last_pair_.reset();
   pass_of_pair_ = {};
   const int64_t passes = passes_;
   passes_ = 0;
-  return passes;
+  std::vector<PassEnd> given_up;
+  given_up.swap(nonfinite_passes_);
+  // Step j is made of the passes after the j-th pass given up, through the
+  // (j+1)-th (or the last pass): each pass's new number is how many passes
+  // given up came before it, never more than its own.
+  bool renumbered = false;
+  int64_t first_pass = 0;
+  for (size_t j = 0; j <= given_up.size(); ++j) {
+    const int64_t step = static_cast<int64_t>(j);
+    const int64_t last_pass = j < given_up.size() ? given_up[j].pass : passes;
+    if (const int64_t first = std::max(first_pass, step + 1); first <= last_pass) {
+      renumberings_.push_back(Renumbering{first, last_pass, step});
+      renumbered = true;
+    }
+    if (j < given_up.size()) {
+      given_up_.push_back(GivenUp{step, given_up[j].next_node, given_up[j].thread});
+    }
+    first_pass = last_pass + 1;
+  }
+  step_ -= passes - static_cast<int64_t>(given_up.size());
+  return renumbered;
 }
 
 bool StepTracker::FollowOp(Phase phase, bool grad_enabled, bool takes_grad_input) {
   if (phase == Phase::kBackward) {
     // The first backward op: the forward passes counted so far were the
-    // first iteration's (T5's shared embedding read twice) or evaluations
-    // before training.
-    if (const int64_t passes = BeginTraining(); passes > 0) Undo(passes);
+    // first iteration's (T5's shared embedding read twice), evaluations
+    // before training, or iterations given up.
+    BeginTraining();
     saw_backward_ = true;
     post_backward_ = true;
     backward_step_ = step_;
@@ -190,16 +229,16 @@ bool StepTracker::OnOptimizerStepBegin() {
   in_optimizer_ = true;
   // Forward passes counted before it (an update with no backward pass seen:
   // gradients set by hand) were its iteration's.
-  const int64_t passes = BeginTraining();
+  const bool renumbered = BeginTraining();
   if (!first) return false;
   // The micro-batches of gradient accumulation before it, and the ops
   // between backward and this optimizer step (gradient clipping,
   // unscaling), belong to the step the optimizer is about to finish.
-  int64_t undo = tentative_ + passes;
+  int64_t undo = tentative_;
   if (fallback_advanced_ && undo == 0) undo = 1;
   fallback_advanced_ = false;
   Undo(undo);
-  return undo > 0;
+  return undo > 0 || renumbered;
 }
 
 int64_t StepTracker::Undo(int64_t count) {
@@ -210,24 +249,20 @@ int64_t StepTracker::Undo(int64_t count) {
 
 void StepTracker::UndoSteps(int64_t count) {
   if (count <= 0) return;
-  const int64_t last = step_;
+  renumberings_.push_back(Renumbering{step_ - count + 1, step_, step_ - count});
   step_ -= count;
-  // Undone twice before the caller read it: the ranges join.
-  const int64_t first = renumbering_ ? std::min(renumbering_->first, step_ + 1) : step_ + 1;
-  renumbering_ = Renumbering{first, std::max(last, renumbering_ ? renumbering_->last : last),
-                             step_};
 }
 
 int64_t StepTracker::UndoTentative() { return Undo(tentative_); }
 
-std::optional<StepTracker::Renumbering> StepTracker::TakeRenumbering() {
-  std::optional<Renumbering> r = renumbering_;
-  renumbering_.reset();
+std::vector<StepTracker::Renumbering> StepTracker::TakeRenumberings() {
+  std::vector<Renumbering> r;
+  r.swap(renumberings_);
   return r;
 }
 
 StepTracker::ScalerStep StepTracker::OnScalerUpdate() {
-  if (const int64_t passes = BeginTraining(); passes > 0) Undo(passes);
+  BeginTraining();
   ConfirmGivenUp();  // the iteration after them is over
   fallback_advanced_ = false;
   if (optimizer_since_update_) {

@@ -42,7 +42,9 @@
 // SetsUpParameters in core/op_policy.h) count no pair: .to() to where the
 // model is and the .half() after it read each parameter twice. Once the
 // process trains, these advances are undone: a validation before the first
-// training step stays in step 0, as it was before passes were counted.
+// training step stays in step 0, as it was before passes were counted. A
+// pass with grad mode on that made inf/NaN keeps its step: an iteration
+// given up (below) before the first backward pass (BeginTraining).
 //
 // A training loop may give up an iteration before its backward pass, on
 // a non-finite loss (`if not torch.isfinite(loss): continue`): the next
@@ -109,8 +111,15 @@ class StepTracker {
   }
   // Before the process has trained: a top-level forward op `op` that reads
   // the parameter whose memory is `parameter` (see the header) began a
-  // forward pass. Returns true when that began a new step.
-  bool OnPassStart(absl::string_view op, const void* parameter);
+  // forward pass. Returns true when that began a new step. With
+  // `grad_enabled`, `nonfinite_so_far` (the open step, the pass before
+  // this op, has made inf/NaN), `next_node` and `thread` as for
+  // OnTrainingPass: a pass with grad mode on that made inf/NaN and ended
+  // here may be an iteration the program gave up (BeginTraining).
+  bool OnPassStart(absl::string_view op, const void* parameter, bool grad_enabled = false,
+                   bool nonfinite_so_far = false, int64_t next_node = -1, uint64_t thread = 0);
+  // Whether OnPassStart of `op` on `parameter` would begin a pass.
+  bool BeginsPass(absl::string_view op, const void* parameter) const;
   // Once the process trains: a top-level forward op `op`, with grad mode
   // on, read the parameter whose memory is `parameter` (its first input
   // that requires grad); `nonfinite_so_far`: the open step has made
@@ -136,8 +145,10 @@ class StepTracker {
     return trained_ && anchor_step_ != step_ && !post_backward_ && !in_optimizer_;
   }
   // Whether OnTrainingPass of `op` on `parameter` would begin a step, had
-  // the open step made inf/NaN.
+  // the open step made inf/NaN; before the process trains, whether
+  // OnPassStart would end a pass, which may turn out an iteration given up.
   bool ReadsAnchorAgain(absl::string_view op, const void* parameter) const {
+    if (!trained_) return BeginsPass(op, parameter);
     return may_give_up_iteration() && step_anchor_ && step_anchor_->second == parameter &&
            step_anchor_->first == op;
   }
@@ -146,7 +157,7 @@ class StepTracker {
   // A backward node ran, made by forward op number `seq` of thread
   // `forward_thread` (RecordFunction's seqNr and forwardThreadId): the
   // advances of OnTrainingPass made after that op were passes of the same
-  // iteration, undone (TakeRenumbering).
+  // iteration, undone (TakeRenumberings).
   void OnBackwardNode(int64_t seq, uint64_t forward_thread);
   // The steps the program gave up (OnTrainingPass) that nothing can undo
   // any more: another iteration began since (or, with `all`, the process
@@ -195,12 +206,13 @@ class StepTracker {
   }
 
   // Steps `first` through `last` were tentative numbers, undone: they
-  // belong to step `to`. What the last call undid, if anything; reading
+  // belong to step `to`. What the calls since the last read undid, in the
+  // order to apply them (each to the numbers the one before left); reading
   // clears it. The caller renumbers what it recorded under them.
   struct Renumbering {
     int64_t first, last, to;
   };
-  std::optional<Renumbering> TakeRenumbering();
+  std::vector<Renumbering> TakeRenumberings();
 
  private:
   // OnOp's part after BeginStepAfterUpdate.
@@ -214,9 +226,13 @@ class StepTracker {
   void ConfirmGivenUp();
   // Undoes the tentative advances; returns the step they return to.
   int64_t UndoTentative();
-  // The process trains: it counts no more forward passes. Returns how many
-  // advances counting them made, for the caller to undo.
-  int64_t BeginTraining();
+  // The process trains: it counts no more forward passes, and the passes
+  // it counted join the step of the pass after them, except those that
+  // made inf/NaN with grad mode on: iterations given up, each a step, as
+  // OnTrainingPass would have made them, which OnBackwardNode undoes when
+  // the backward pass reaches them (T5's encoder, a first view). Returns
+  // true when that renumbered steps.
+  bool BeginTraining();
 
   int64_t step_ = 0;
   bool seen_optimizer_ = false;
@@ -227,7 +243,7 @@ class StepTracker {
   bool updated_since_backward_ = false;  // an op with grad mode off since
   int64_t tentative_ = 0;  // fallback advances without an update before them
   bool seen_update_ = false;  // an iteration ended with an update or a skip
-  std::optional<Renumbering> renumbering_;  // not taken yet
+  std::vector<Renumbering> renumberings_;  // not taken yet
   bool in_optimizer_ = false;  // between an optimizer record's begin and end
   bool optimizer_since_update_ = false;  // an optimizer step ended since the
                                          // last scaler update
@@ -239,6 +255,15 @@ class StepTracker {
   absl::flat_hash_map<OpOnParameter, int64_t> pass_of_pair_;
   std::optional<OpOnParameter> pass_anchor_, last_pair_;
   int64_t passes_ = 0;  // advances made counting forward passes
+  bool pass_with_grad_ = false;  // the open pass ran an op with grad mode on
+  // Passes that made inf/NaN with grad mode on: the pass, and the thread
+  // and next autograd node number where the pass after it began.
+  struct PassEnd {
+    int64_t pass;
+    int64_t next_node;
+    uint64_t thread;
+  };
+  std::vector<PassEnd> nonfinite_passes_;
   // Once training: the step whose first pair step_anchor_ is, the step of
   // the last backward op, and the iterations given up (OnTrainingPass): the
   // step each was, and the thread and first autograd node number of the

@@ -257,9 +257,12 @@ sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/evaluation-check.txt || { failed+=("evaluation on CUDA"); tail -20 "$build"/evaluation.log; }
 
-echo "== iterations given up on a non-finite loss, on CUDA (also under a GradScaler): a step each; two views, an RNN cell: one step"
+echo "== iterations given up on a non-finite loss, on CUDA (also under a GradScaler, and before the first backward pass): a step each; two views, an RNN cell: one step"
 for mode in continue gradscaler two-views rnn; do
   on_cuda "$build/given-up-$mode" skip_nonfinite_loss.py "$mode" &
+done
+for mode in continue two-views; do  # batches 0 and 1 overflow, before the process trains
+  on_cuda "$build/given-up-$mode-first" skip_nonfinite_loss.py "$mode" first &
 done
 wait
 ("$python" - "$build" <<'PY'
@@ -268,7 +271,9 @@ bad = 0
 for mode, nonfinite, given_up in (("continue", [3, 4], [3, 4]),
                                   ("gradscaler", None, [3, 4]),
                                   ("two-views", list(range(3, 10)), []),
-                                  ("rnn", list(range(3, 10)), [])):
+                                  ("rnn", list(range(3, 10)), []),
+                                  ("continue-first", [0, 1], [0, 1]),
+                                  ("two-views-first", list(range(10)), [])):
     try:
         r = json.load(open(f"{sys.argv[1]}/given-up-{mode}.json"))
     except Exception as e:
@@ -279,7 +284,7 @@ for mode, nonfinite, given_up in (("continue", [3, 4], [3, 4]),
               (10, given_up, "forward_overflow") and "at step 3" in d.get("title", ""))
     else:
         ok = ((o.get("step"), o.get("phase"), r.get("steps"), r.get("nonfinite_steps"),
-               r.get("given_up_steps")) == (3, "forward", 10, nonfinite, given_up))
+               r.get("given_up_steps")) == (nonfinite[0], "forward", 10, nonfinite, given_up))
     bad += not ok
     print(f"given up, {mode}, CUDA: first origin {o.get('op')} step {o.get('step')}, "
           f"{r.get('steps')} steps, given up {r.get('given_up_steps')}: {'OK' if ok else 'WRONG'}")

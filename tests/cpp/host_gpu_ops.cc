@@ -49,11 +49,12 @@
 //                                     captured: each iteration's linear
 //                                     but the first on a stream capturing
 //                                     a CUDA graph
-//   host_gpu_ops given-up             8 iterations, of which the program
+//   host_gpu_ops given-up [first]     8 iterations, of which the program
 //                                     gives 3 and 4 up before their
 //                                     backward pass: a GPU mul overflows
 //                                     fp16, and the program reads its
-//                                     loss's verdict on the host
+//                                     loss's verdict on the host; first:
+//                                     0 and 1, before anything trained
 //   host_gpu_ops dropped [kept]       a softmax's NaN over a fully masked
 //                                     row, zeroed right after, each step,
 //                                     with results arriving after the
@@ -513,27 +514,36 @@ int OwnLossScaler(bool accumulate, bool captured) {
 
 // A loop that gives an iteration up on a non-finite loss (`if not
 // torch.isfinite(loss): continue`): 8 iterations, each begun by a GPU
-// linear of a GPU parameter; in iterations 3 and 4 its input is scaled up
+// linear of a GPU parameter; in iterations 3 and 4 (with `first`, 0 and
+// 1: counted as forward passes until the process trains) its input is
+// scaled up
 // and the GPU mul after it overflows fp16 (1200^2 > 65504). The program
 // reads on the host whether its loss is finite (.item() of a GPU value)
 // and goes on to the next batch without a backward pass; the others train
 // (real CPU steps, in the record Python's optimizers make).
-int GivenUp() {
+int GivenUp(bool first) {
   torch::manual_seed(0);
   torch::nn::Linear model(8, 1);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
   const torch::Tensor x = torch::randn({16, 8});
   const torch::Tensor y = torch::randn({16, 1});
   at::Tensor w = GpuFull({4, 4}, 1.0);
-  w.set_requires_grad(true);  // a parameter on the GPU
+  w.set_requires_grad(true);  // parameters on the GPU
+  at::Tensor b = GpuFull({4, 4}, 0.0);
+  b.set_requires_grad(true);
   int given_up = 0;
   for (int i = 0; i < 8; ++i) {
-    const bool overflow = i == 3 || i == 4;
+    const bool overflow = first ? i < 2 : i == 3 || i == 4;
     const at::Tensor input = GpuFull({4, 4}, overflow ? 300.0 : 0.5);
     const at::Tensor h = GpuOp("aten::linear", "", {input, w, c10::IValue()}, [&] {
       return at::linear(HostOf(input), HostOf(w));
     });
-    GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
+    const at::Tensor squared =
+        GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
+    // A second parameter read: before anything trains, a pass is told by a
+    // parameter read again after another (core/step_tracker.h).
+    GpuOp("aten::add", "Tensor", {squared, b, c10::Scalar(1)},
+          [&] { return at::add(HostOf(squared), HostOf(b)); });
     // The loss's verdict, computed on the GPU (here: planted).
     if (!std::isfinite(Item(GpuFull({}, overflow ? INFINITY : 1.0)))) {
       ++given_up;
@@ -653,9 +663,9 @@ int main(int argc, char** argv) {
     const std::string how = argc > 2 ? argv[2] : "";
     return OwnLossScaler(how == "accumulate", how == "captured");
   }
-  if (what == "given-up") return GivenUp();
+  if (what == "given-up") return GivenUp(argc > 2 && std::string(argv[2]) == "first");
   if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up | dropped [kept] | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | loop N\n");
   return 2;
 }

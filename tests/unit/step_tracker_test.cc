@@ -10,14 +10,23 @@
 namespace nanhunt {
 namespace {
 
-// What the tracker's last undo asks the caller to renumber: steps `first`
-// through `last` become step `to`.
+// What the tracker asks the caller to renumber since the last read, in
+// order: each {first, last, to} says steps `first` through `last` become
+// step `to`.
+void ExpectRenumberings(StepTracker& t,
+                        const std::vector<StepTracker::Renumbering>& expected) {
+  const std::vector<StepTracker::Renumbering> r = t.TakeRenumberings();
+  ASSERT_EQ(r.size(), expected.size());
+  for (size_t i = 0; i < r.size(); ++i) {
+    EXPECT_EQ(r[i].first, expected[i].first) << "renumbering " << i;
+    EXPECT_EQ(r[i].last, expected[i].last) << "renumbering " << i;
+    EXPECT_EQ(r[i].to, expected[i].to) << "renumbering " << i;
+  }
+}
+
+// One renumbering: steps `first` through `last` become step `to`.
 void ExpectRenumbering(StepTracker& t, int64_t first, int64_t last, int64_t to) {
-  const std::optional<StepTracker::Renumbering> r = t.TakeRenumbering();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->first, first);
-  EXPECT_EQ(r->last, last);
-  EXPECT_EQ(r->to, to);
+  ExpectRenumberings(t, {{first, last, to}});
 }
 
 TEST(StepTracker, OptimizerRecordsEndSteps) {
@@ -228,17 +237,17 @@ TEST(StepTracker, MicroBatchesAfterALossScalerSkipAreNoSteps) {
 
 TEST(StepTracker, UndoneAdvancesSayWhichNumbersToRenumber) {
   StepTracker t;
-  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  EXPECT_TRUE(t.TakeRenumberings().empty());
   for (int i = 0; i < 3; ++i) {
     t.OnOp(Phase::kForward, true, true);
     t.OnOp(Phase::kBackward, true, true);
   }
-  EXPECT_FALSE(t.TakeRenumbering().has_value()) << "nothing undone yet";
+  EXPECT_TRUE(t.TakeRenumberings().empty()) << "nothing undone yet";
   t.OnOptimizerStepBegin();
   ExpectRenumbering(t, 1, 2, 0);
-  EXPECT_FALSE(t.TakeRenumbering().has_value()) << "reading clears it";
+  EXPECT_TRUE(t.TakeRenumberings().empty()) << "reading clears it";
   t.OnOptimizerStepEnd();
-  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  EXPECT_TRUE(t.TakeRenumberings().empty());
 }
 
 TEST(StepTracker, NoGradOpsAfterBackwardAreTheUpdateNotANewStep) {
@@ -382,7 +391,7 @@ TEST(StepTracker, WithoutTrainingEachForwardPassIsAStep) {
   EXPECT_TRUE(pass());
   EXPECT_EQ(t.step(), 2);
   EXPECT_TRUE(t.counts_passes());
-  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  EXPECT_TRUE(t.TakeRenumberings().empty());
 }
 
 // Set-up that reads each parameter twice (a model moved to where it
@@ -439,6 +448,78 @@ TEST(StepTracker, AnOptimizerStepWithoutBackwardUndoesTheForwardPasses) {
   EXPECT_FALSE(t.counts_passes());
 }
 
+// A forward pass before the process trains, reading `w` then `b` with grad
+// mode `grad`, its autograd nodes numbered from `first_node`: what
+// Monitor::OnTopLevelOpStart tells the tracker. `nonfinite_before`: the
+// pass before it made inf/NaN. Returns whether it began a step.
+bool PassBeforeTraining(StepTracker& t, int* w, int* b, bool grad, bool nonfinite_before,
+                        int64_t first_node) {
+  const bool began = t.OnPassStart("aten::linear", w, grad, nonfinite_before, first_node, 1);
+  EXPECT_FALSE(t.OnPassStart("aten::linear", b, grad, false, first_node + 1, 1));
+  return began;
+}
+
+// The first iterations' losses are NaN (`if not torch.isfinite(loss):
+// continue`) before any backward pass: counted as forward passes, they stay
+// steps of their own when the process trains, as they would after it.
+TEST(StepTracker, IterationsGivenUpBeforeTrainingAreStepsOfTheirOwn) {
+  StepTracker t;
+  int w = 0, b = 0;
+  PassBeforeTraining(t, &w, &b, true, false, 0);
+  EXPECT_TRUE(t.ReadsAnchorAgain("aten::linear", &w)) << "a GPU program's results come first";
+  EXPECT_FALSE(t.ReadsAnchorAgain("aten::linear", &b));
+  EXPECT_TRUE(PassBeforeTraining(t, &w, &b, true, true, 10));
+  EXPECT_TRUE(PassBeforeTraining(t, &w, &b, true, true, 20));
+  EXPECT_EQ(t.step(), 2);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnBackwardNode(25, 1);
+  t.OnBackwardNode(20, 1);  // the backward pass reaches the last pass only
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_TRUE(t.TakeRenumberings().empty());
+  EXPECT_TRUE(t.TakeGivenUpIterations().empty()) << "not confirmed before the next iteration";
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd();
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));
+  EXPECT_EQ(t.step(), 3);
+  EXPECT_EQ(t.TakeGivenUpIterations(), (std::vector<int64_t>{0, 1}));
+}
+
+// Evaluations (grad mode off) join the step of the pass after them, as
+// before; a pass given up ends its step, and a finite pass does not.
+TEST(StepTracker, PassesBeforeTrainingJoinTheStepOfAPassGivenUpAfterThem) {
+  StepTracker t;
+  int w = 0, b = 0;
+  PassBeforeTraining(t, &w, &b, false, false, 0);                   // 0: an evaluation
+  EXPECT_TRUE(PassBeforeTraining(t, &w, &b, false, true, 0));       // 1: one that made NaN
+  EXPECT_TRUE(PassBeforeTraining(t, &w, &b, true, true, 0));        // 2: given up
+  EXPECT_TRUE(PassBeforeTraining(t, &w, &b, false, true, 10));      // 3: an evaluation
+  EXPECT_TRUE(PassBeforeTraining(t, &w, &b, true, false, 10));      // 4: trained
+  EXPECT_EQ(t.step(), 4);
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_EQ(t.step(), 1);
+  // Passes 1-2 join 0; then 3-4 are step 1 (applied in order).
+  ExpectRenumberings(t, {{1, 2, 0}, {3, 4, 1}});
+  EXPECT_EQ(t.TakeGivenUpIterations(/*all=*/true), std::vector<int64_t>{0});
+}
+
+// The encoder of T5 or the first of two views made inf: its pass looked
+// given up until the backward pass reached a node it made.
+TEST(StepTracker, APassBeforeTrainingThatTheBackwardPassReachesWasNotGivenUp) {
+  StepTracker t;
+  int w = 0, b = 0;
+  PassBeforeTraining(t, &w, &b, true, false, 0);
+  EXPECT_TRUE(PassBeforeTraining(t, &w, &b, true, true, 10));
+  t.OnOp(Phase::kBackward, true, true);
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_TRUE(t.has_given_up_iterations());
+  t.OnBackwardNode(12, 1);
+  t.OnBackwardNode(3, 1);  // made by the first pass
+  EXPECT_EQ(t.step(), 0);
+  ExpectRenumbering(t, 1, 1, 0);
+  EXPECT_FALSE(t.has_given_up_iterations());
+  EXPECT_TRUE(t.TakeGivenUpIterations(/*all=*/true).empty());
+}
+
 // A training step's forward op with grad mode on, reading `w` first: what
 // Monitor::OnTopLevelOpStart tells the tracker. `next_node`: the sequence
 // number the op's autograd node gets.
@@ -477,7 +558,7 @@ TEST(StepTracker, AnIterationGivenUpOnANonFiniteLossIsAStepOfItsOwn) {
   t.OnBackwardNode(-1, 1);  // AccumulateGrad
   t.OnBackwardNode(110, 1);
   EXPECT_EQ(t.step(), 2);
-  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  EXPECT_TRUE(t.TakeRenumberings().empty());
   EXPECT_TRUE(t.TakeGivenUpIterations().empty()) << "not confirmed before the next iteration";
   t.OnOptimizerStepBegin();
   t.OnOptimizerStepEnd();
@@ -549,7 +630,7 @@ TEST(StepTracker, ALayerAppliedThriceInAPassIsOneStep) {
   t.OnOp(Phase::kBackward, true, true);
   for (int64_t node = 125; node >= 100; node -= 5) t.OnBackwardNode(node, 1);
   EXPECT_EQ(t.step(), 1);
-  ExpectRenumbering(t, 2, 3, 1);
+  ExpectRenumberings(t, {{3, 3, 2}, {2, 2, 1}});  // one undo a node of each earlier pass
   EXPECT_FALSE(TrainingOp(t, &w, true, 130)) << "after the step's backward op: a micro-batch";
 }
 
@@ -582,7 +663,7 @@ TEST(StepTracker, AProgramWithoutOptimizerRecordsGivesIterationsUpToo) {
   t.OnOp(Phase::kForward, false, true);
   EXPECT_TRUE(TrainingOp(t, &w, false, 200));
   EXPECT_EQ(t.step(), 3);
-  EXPECT_FALSE(t.TakeRenumbering().has_value());
+  EXPECT_TRUE(t.TakeRenumberings().empty());
   EXPECT_EQ(t.TakeGivenUpIterations(), std::vector<int64_t>{1});
 }
 

@@ -18,6 +18,9 @@ iterations end before their backward pass.
                                        RNN cell over two time steps);
                                        batch 3 overflows, as above
 
+With a second argument `first`, the batches that overflow are 0 and 1 (in
+two-views and rnn, batch 0): before any backward pass has run.
+
 Prints each iteration's loss. DEVICE=cuda runs it on a GPU."""
 import os
 import sys
@@ -27,6 +30,7 @@ import torch.nn as nn
 
 torch.manual_seed(0)
 mode = sys.argv[1]
+bad_batches = (0, 1) if sys.argv[2:] == ["first"] else (3, 4)
 device = os.environ.get("DEVICE", "cpu")
 gives_up = mode in ("continue", "gradscaler")
 autocast = mode == "gradscaler"
@@ -50,7 +54,7 @@ def model(x):
 
 
 def batch(i, view=0):
-    bad = i in (3, 4) if gives_up else i == 3 and view < 2
+    bad = i in bad_batches if gives_up else i == bad_batches[0] and view < 2
     x = torch.rand(16, 32) * (2e4 if bad else 1.0)
     return (x if autocast else x.half()).to(device)
 
