@@ -735,6 +735,16 @@ void Monitor::OnOptimizerStepBegin() {
   StepStateChangedLocked();
 }
 
+void Monitor::OnOptimizerIdentified(uint64_t optimizer) {
+  absl::MutexLock lock(&mu_);
+  if (config_.mode != Mode::kSample) return;
+  if (steps_.OnOptimizerIdentified(optimizer)) {
+    // The row the record's end wrote for the step is joined by what comes.
+    RenumberLocked();
+    StepStateChangedLocked();
+  }
+}
+
 void Monitor::RenumberLocked() {
   // Rows already written under the tentative numbers of micro-batches
   // (the first iteration of gradient accumulation) join their step; GPU

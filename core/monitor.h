@@ -269,6 +269,10 @@ class Monitor {
 
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();
+  // In sample mode, optimizer `optimizer` steps (or GradScaler skipped it):
+  // another optimizer of the iteration keeps the step the last record
+  // ended (StepTracker::OnOptimizerIdentified). Nothing in other modes.
+  void OnOptimizerIdentified(uint64_t optimizer);
   // `nonfinite_held`: whether a storage that holds inf/NaN made in the run
   // may still be alive as the optimizer step ends. When none is and the
   // step made some, they went with the temporaries that held them (a

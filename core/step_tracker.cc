@@ -322,9 +322,35 @@ void StepTracker::OnOptimizerStepEnd(bool begin_next_now) {
     step_ended_ = false;
     ConfirmGivenUp();
     ++step_;
+    advanced_at_record_end_ = true;
   } else {
     step_ended_ = true;
   }
+}
+
+bool StepTracker::OnOptimizerIdentified(uint64_t optimizer) {
+  // Optimizers an iteration: more than any program steps.
+  constexpr size_t kMaxOptimizers = 1 << 12;
+  const auto stepped = [&] {
+    return std::find(optimizers_in_step_.begin(), optimizers_in_step_.end(), optimizer) !=
+           optimizers_in_step_.end();
+  };
+  bool undone = false;
+  if (advanced_at_record_end_) {
+    advanced_at_record_end_ = false;
+    // It stepped in the step that ended: the next iteration. Before any
+    // was identified (the first step's), nothing says otherwise.
+    if (optimizers_in_step_.empty() || stepped()) {
+      optimizers_in_step_.clear();
+    } else {
+      UndoSteps(1);
+      undone = true;
+    }
+  }
+  if (!stepped() && optimizers_in_step_.size() < kMaxOptimizers) {
+    optimizers_in_step_.push_back(optimizer);
+  }
+  return undone;
 }
 
 }  // namespace nanhunt

@@ -98,8 +98,20 @@ class StepTracker {
   // optimizer record comes first, which belongs to this step. With
   // `begin_next_now` the next step begins here instead: sample mode, whose
   // unsampled ops cannot show where the next forward pass begins, counts a
-  // step an optimizer record.
+  // step an optimizer record, unless the next is another optimizer's of
+  // the same iteration (OnOptimizerIdentified).
   void OnOptimizerStepEnd(bool begin_next_now = false);
+  // Sample mode: optimizer `optimizer` steps (an identity: that of the
+  // first parameter it updates), inside its record, or GradScaler skipped
+  // its step. Each record ended a step there (OnOptimizerStepEnd with
+  // `begin_next_now`); when the optimizer that steps next has not stepped
+  // in the step that ended, it is another optimizer of the same iteration
+  // (dense and sparse parameters, one per parameter stepped in backward,
+  // Muon beside AdamW), and that advance is undone (TakeRenumberings): one
+  // step an iteration, as with every op checked, though sample mode sees
+  // no forward pass. A GAN's two updates are then one step too. Returns
+  // true when it undid.
+  bool OnOptimizerIdentified(uint64_t optimizer);
   // OnOp's first part: when an optimizer record ended the step and this
   // op begins a forward pass, it begins the next step (returns true).
   bool BeginStepAfterUpdate(Phase phase, bool grad_enabled, bool takes_grad_input);
@@ -277,6 +289,11 @@ class StepTracker {
   };
   std::vector<GivenUp> given_up_;
   std::vector<int64_t> given_up_confirmed_;
+  // Sample mode (OnOptimizerIdentified): the optimizers identified in the
+  // step an optimizer record ended, and whether the open step began at a
+  // record's end with no optimizer identified since.
+  std::vector<uint64_t> optimizers_in_step_;
+  bool advanced_at_record_end_ = false;
 };
 
 }  // namespace nanhunt

@@ -99,6 +99,47 @@ Diagnosis NonFiniteInput(const RunSummary& s, const FindingRow& f) {
   return d;
 }
 
+Diagnosis DiagnoseRun(const RunSummary& s);
+
+// Sample mode checks a share of op calls: inf/NaN handed to a checked op
+// that no checked op made were as likely made by one it did not check (in
+// the backward pass, in an update) as by the data. When an escalation
+// after it caught an origin, that is the diagnosis; else, say so.
+Diagnosis UncheckedMaker(const RunSummary& s, const FindingRow& f) {
+  const std::string seen = absl::StrCat(
+      "step ", f.step, ": ", f.op, " (", f.phase, ") was given inf/NaN that no checked op had "
+      "produced", f.source.empty() ? "" : ", at " + f.source);
+  for (const RunSummary::Escalation& e : s.escalations) {
+    if (!e.found || e.found->kind != "origin" || e.found->step < f.step) continue;
+    RunSummary caught = s;
+    caught.first_origin = e.found;
+    Diagnosis d = DiagnoseRun(caught);
+    d.evidence.push_back(absl::StrCat(
+        "sample mode saw inf/NaN first at ", seen, "; the op that made them went unchecked, "
+        "and the escalation to every op caught this origin at step ", e.found->step));
+    return d;
+  }
+  Diagnosis d;
+  d.kind = "unchecked_maker";
+  d.title = "Non-finite values from an op that sample mode did not check";
+  d.op = f.op;
+  d.evidence.push_back(seen);
+  if (!f.inputs.empty()) d.evidence.push_back("its inputs: " + f.inputs);
+  d.evidence.push_back(absl::StrCat(
+      "sample mode checked ", s.op_calls_checked,
+      " op calls: the op that made them was most likely one it did not check (the backward "
+      "pass, an update), or the batch held them"));
+  d.fixes.push_back(absl::StrCat(
+      "rerun with every op checked (NANHUNT_MODE=check, the default), from a checkpoint before "
+      "step ", f.step, ": the op that made them is then named, with its line"));
+  d.fixes.push_back(
+      "or let it recur: sample mode then checks every op for NANHUNT_ESCALATE_STEPS steps and "
+      "names the origin");
+  d.fixes.push_back(
+      "if the batch may hold them: assert torch.isfinite(batch).all() in the input pipeline");
+  return d;
+}
+
 bool IsCast(absl::string_view op) {
   for (const char* c : {"aten::_to_copy", "aten::to", "aten::copy_", "aten::type_as",
                         "aten::half"}) {
@@ -227,8 +268,6 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
   return d;
 }
 
-Diagnosis DiagnoseRun(const RunSummary& s);
-
 // Sample mode counts, and does not judge, iterations whose non-finite
 // gradients were followed by the next batch without an optimizer step: a
 // loss scaler of the program's own skipping. Without a GradScaler to say
@@ -286,7 +325,9 @@ namespace {
 Diagnosis DiagnoseRun(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
-    if (f.kind == "input") return NonFiniteInput(s, f);
+    if (f.kind == "input") {
+      return s.op_sampling.empty() ? NonFiniteInput(s, f) : UncheckedMaker(s, f);
+    }
     // Steps a loss scaler skipped are no steps that dropped what they made,
     // nor are iterations given up on a non-finite loss: what made it is
     // what cost the program those iterations.

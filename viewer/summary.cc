@@ -508,8 +508,11 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     } else {
       absl::StrAppend(&out, "  ", red, "input", reset, "   ", bold, OpLabel(f),
                       reset, "  ", f.phase, "  step ", f.step,
-                      "\n          non-finite values arrived from outside (data, "
-                      "a constant); this op consumed them first\n"
+                      s.op_sampling.empty()
+                          ? "\n          non-finite values arrived from outside (data, "
+                            "a constant); this op consumed them first\n"
+                          : "\n          no checked op made them (sample mode checks a share "
+                            "of ops); this op consumed them first\n",
                       "          outputs:");
     }
     if (f.nan) absl::StrAppend(&out, " nan=", f.nan);

@@ -1041,16 +1041,34 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_step_in_capture()
   g_steps_in_capture.fetch_add(1, std::memory_order_relaxed);
 }
 
-// Called by step_guard.py in sample mode when GradScaler skipped the
-// optimizer step (its gradients were not finite): that iteration has no
-// optimizer record to end it, and when torch samples op calls its scale
-// update may not be seen either.
-extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_step() {
+// Called by step_guard.py in sample mode as optimizer `optimizer` (the
+// Python id of the first parameter it updates) steps, inside its record:
+// another optimizer of the same iteration keeps the step
+// (Monitor::OnOptimizerIdentified).
+extern "C" __attribute__((visibility("default"))) void nanhunt_optimizer_stepping(
+    uint64_t optimizer) {
+  using namespace nanhunt;
+  try {
+    Session* session = Session::Get();
+    if (session == nullptr || !MonitoringActive()) return;
+    session->monitor().OnOptimizerIdentified(optimizer);
+  } catch (...) {
+    ReportInternalError("optimizer step", "unknown exception");
+  }
+}
+
+// Called by step_guard.py in sample mode when GradScaler skipped the step
+// of optimizer `optimizer` (its gradients were not finite): that iteration
+// has no optimizer record to end it, and when torch samples op calls its
+// scale update may not be seen either.
+extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_step(
+    uint64_t optimizer) {
   using namespace nanhunt;
   try {
     Session* session = Session::Get();
     if (session == nullptr || !MonitoringActive()) return;
     EscalateSampling(*session, kScalerSkipped);
+    session->monitor().OnOptimizerIdentified(optimizer);
     session->monitor().OnOptimizerStepEnd();
     UpdateObservation(*session);
   } catch (...) {

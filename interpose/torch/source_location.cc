@@ -32,6 +32,9 @@ std::string StringAttr(const PythonApi& py, void* obj, const char* name) {
 
 bool IsUserFile(const std::string& file, const std::string& skip_dir) {
   if (file.empty() || file[0] == '<') return false;  // <frozen ...>, <string>
+  // nanhunt's own Python (step_guard.py's GradScaler.step wrapper, which
+  // runs the unscale): the line that called it is the program's.
+  if (absl::StrContains(file, "/share/nanhunt/")) return false;
   return skip_dir.empty() || !absl::StartsWith(file, skip_dir + "/");
 }
 

@@ -1,8 +1,10 @@
 """NANHUNT_SKIP_NONFINITE_STEPS: an optimizer step whose gradients are not
 all finite does not update anything, the way GradScaler skips a step.
 NANHUNT_MODE=sample: the same gradient check is the sentinel that tells
-nanhunt to check every op for a while; and an iteration whose optimizer step
-GradScaler skipped, which has no optimizer record to end it, is reported.
+nanhunt to check every op for a while; an iteration whose optimizer step
+GradScaler skipped, which has no optimizer record to end it, is reported;
+and each optimizer that steps is named, so that several stepped in one
+iteration are one step.
 
 Loaded by libnanhunt_torch.so into the monitored process at its first
 optimizer step. torch.optim's optimizers skip every parameter whose .grad is
@@ -124,9 +126,25 @@ def _report_arrived_sentinels():
         _lib.nanhunt_sentinel(int(bool(flag)))
 
 
+def _identity(optimizer):
+    """Which optimizer steps, told by the first parameter it updates: two
+    optimizers of one iteration update different parameters, and one made
+    anew each iteration over the same parameters is the same one."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            return id(p)
+    return id(optimizer)
+
+
 def _before_step(optimizer, args, kwargs):
     global _optimizer_steps, _broken
     _optimizer_steps += 1
+    if _sentinel:
+        # Which optimizer steps: several in one iteration are one step.
+        try:
+            _lib.nanhunt_optimizer_stepping(_identity(optimizer))
+        except Exception:
+            pass  # never the training's problem
     if _broken:
         return None
     try:
@@ -192,7 +210,7 @@ def _watch_grad_scaler():
         before = _optimizer_steps
         result = original(self, optimizer, *args, **kwargs)
         if _optimizer_steps == before and self.is_enabled():
-            _lib.nanhunt_scaler_skipped_step()
+            _lib.nanhunt_scaler_skipped_step(_identity(optimizer))
         return result
 
     scaler.step = step
@@ -205,6 +223,8 @@ def _library(library_path):
         lib = ctypes.CDLL(library_path)
         lib.nanhunt_quiet.argtypes = [ctypes.c_int]
         lib.nanhunt_sentinel.argtypes = [ctypes.c_int]
+        lib.nanhunt_optimizer_stepping.argtypes = [ctypes.c_uint64]
+        lib.nanhunt_scaler_skipped_step.argtypes = [ctypes.c_uint64]
         lib.nanhunt_skip_enabled.restype = ctypes.c_int
         lib.nanhunt_loss_scale.argtypes = [ctypes.c_void_p]
         _lib = lib

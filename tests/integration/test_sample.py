@@ -4,6 +4,8 @@ but the sentinel escalates to every-op checking, and the next occurrence is
 caught at its origin op, with its line."""
 import sqlite3
 
+import pytest
+
 from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, run, view_json
 
 SCRIPT = SCRIPTS / "recurring_overflow.py"
@@ -130,3 +132,35 @@ def test_a_mask_whose_maker_went_unsampled_is_no_finding_and_no_escalation(out):
     nonfinite = [f for f in findings(out) if f["kind"] not in ("near_max", "underflow")]
     assert nonfinite == [], nonfinite
     assert int(dict(db.execute("SELECT key, value FROM meta"))["op_calls_checked"]) > 0
+
+
+@pytest.mark.parametrize("layout", ["two-optimizers", "in-backward", "gradscaler", "recreated"])
+def test_several_optimizers_an_iteration_are_one_step_in_sample_mode(out, layout):
+    # Sample mode sees no forward pass: each optimizer record ended a step,
+    # so two optimizers an iteration (or one per parameter, stepped in
+    # backward; or two that GradScaler skipped) read 8 steps for the
+    # program's 4, and iteration 2's overflow as step 4. The optimizer that
+    # steps next, named by the step guard, tells the iteration's; one made
+    # anew each iteration (recreated) is still one step an iteration.
+    cmd = [PYTHON, SCRIPTS / "several_optimizers.py", layout, "forward"]
+    r = preload_run(cmd, out, NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
+                    NANHUNT_SAMPLE_STEPS="0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == run(cmd).stdout, "monitoring changed a result"
+    j = view_json(out)
+    assert j["steps"] == 4, j["steps"]
+    assert j["nonfinite_steps"][0] == 2, j["nonfinite_steps"]
+    assert j["first_origin"]["step"] == 2, j["first_origin"]
+    [trace] = out.glob("*.sqlite")
+    escalations = [d for (d,) in sqlite3.connect(trace).execute(
+        "SELECT detail FROM events WHERE kind = 'escalated' ORDER BY rowid")]
+    assert escalations and " at step 2" in escalations[0], escalations
+    if layout == "gradscaler":
+        assert j["skipped_steps"] == [2], j["skipped_steps"]
+        # The first inf sample mode saw went into GradScaler's unscale, made
+        # by the unsampled backward pass: not "came in with the data", and
+        # its line is the program's scaler.step, not nanhunt's wrapper.
+        first = j["first_origin"]
+        assert first["kind"] == "input", first
+        assert j["diagnosis"]["kind"] == "unchecked_maker", j["diagnosis"]
+        assert first["source"].startswith(str(SCRIPTS / "several_optimizers.py")), first

@@ -23,6 +23,16 @@ FindingRow BackwardOrigin(int64_t step) {
   return f;
 }
 
+// A finding of `kind` in the update: `op` at `step`.
+FindingRow UpdateFinding(const char* kind, const char* op, int64_t step) {
+  FindingRow f = BackwardOrigin(step);
+  f.kind = kind;
+  f.op = op;
+  f.phase = "optimizer";
+  f.forward_op.clear();
+  return f;
+}
+
 // `steps` steps; the program's own scaler skipped `skipped`, which are all
 // the steps with inf/NaN.
 RunSummary ProgramScaler(int64_t steps, std::vector<int64_t> skipped) {
@@ -117,6 +127,51 @@ TEST(Diagnosis, SampleModeCautionsThatItDoesNotFollowAProgramsScaler) {
   EXPECT_TRUE(d.fixes.empty());
 }
 
+// Sample mode checks a share of ops: inf/NaN going into a checked op that
+// no checked op made were as likely made by an unchecked one as by the
+// data. With every op checked they came from outside.
+TEST(Diagnosis, InfNanNoCheckedOpMadeInSampleModeNeedNotBeTheData) {
+  RunSummary s;
+  s.steps = 10;
+  s.first_origin =
+      UpdateFinding("input", "aten::_amp_foreach_non_finite_check_and_unscale_", 2);
+  s.nonfinite_steps = {2};
+  EXPECT_EQ(Diagnose(s).kind, "nonfinite_input");
+  s.op_sampling = "torch";
+  s.op_calls_checked = 191;
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "unchecked_maker");
+  EXPECT_EQ(d.title, "Non-finite values from an op that sample mode did not check");
+  ASSERT_GE(d.evidence.size(), 2u);
+  EXPECT_EQ(d.evidence.back().rfind("sample mode checked 191 op calls: the op that made them "
+                                    "was most likely one it did not check",
+                                    0),
+            0u)
+      << d.evidence.back();
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_EQ(d.fixes[0].rfind("rerun with every op checked (NANHUNT_MODE=check, the default), "
+                             "from a checkpoint before step 2",
+                             0),
+            0u)
+      << d.fixes[0];
+  // The escalation after it caught the origin when it recurred: that is
+  // the diagnosis, and the evidence says what came first.
+  RunSummary::Escalation escalation;
+  escalation.row.step = 2;
+  escalation.row.until_step = 22;
+  escalation.found = BackwardOrigin(7);
+  s.escalations.push_back(escalation);
+  s.nonfinite_steps = s.nonfinite_steps_kept = {2, 7};
+  d = Diagnose(s);
+  EXPECT_EQ(d.kind, "backward_overflow");
+  EXPECT_NE(std::find_if(d.evidence.begin(), d.evidence.end(),
+                         [](const std::string& e) {
+                           return e.rfind("sample mode saw inf/NaN first at step 2: ", 0) == 0 &&
+                                  e.find("caught this origin at step 7") != std::string::npos;
+                         }),
+            d.evidence.end());
+}
+
 TEST(Diagnosis, AStepTheRunStoppedInBeforeTheScalerDecidedIsNoOverflow) {
   // GradScaler skipped steps 0-2; the run was stopped after step 29's
   // backward pass overflowed, before its scaler update.
@@ -170,11 +225,7 @@ TEST(Diagnosis, OnlyTheOpsOwnFp16WarningsBeforeItOverflowedAreItsTrend) {
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
   RunSummary s;
   s.steps = 5;
-  FindingRow f = BackwardOrigin(0);
-  f.op = "aten::_foreach_addcdiv_";
-  f.phase = "optimizer";
-  f.forward_op.clear();
-  s.first_origin = f;
+  s.first_origin = UpdateFinding("origin", "aten::_foreach_addcdiv_", 0);
   s.nonfinite_steps = s.nonfinite_steps_kept = {0, 1, 2, 3, 4};
   Diagnosis d = Diagnose(s);
   EXPECT_EQ(d.kind, "fp16_optimizer_state");

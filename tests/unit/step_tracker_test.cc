@@ -359,6 +359,58 @@ TEST(StepTracker, TheNextForwardPassBeginsTheStepAnOptimizerRecordEnded) {
 }
 
 
+// Sample mode: one optimizer record of `optimizer`, identified inside it;
+// returns whether identifying it undid the advance of the record before.
+bool SampledOptimizerStep(StepTracker& t, uint64_t optimizer) {
+  t.OnOptimizerStepBegin();
+  const bool undone = t.OnOptimizerIdentified(optimizer);
+  t.OnOptimizerStepEnd(/*begin_next_now=*/true);
+  return undone;
+}
+
+// Sample mode sees no forward pass: each record ends a step, and an
+// optimizer that has not stepped in that step yet undoes the advance (a
+// second optimizer of the iteration, or one per parameter in backward).
+TEST(StepTracker, SeveralOptimizersAnIterationAreOneStepInSampleMode) {
+  StepTracker t;
+  EXPECT_FALSE(SampledOptimizerStep(t, 10));
+  EXPECT_EQ(t.step(), 1);
+  EXPECT_TRUE(SampledOptimizerStep(t, 20)) << "the sparse parameters' optimizer";
+  ExpectRenumbering(t, 1, 1, 0);
+  EXPECT_EQ(t.step(), 1);
+  for (int64_t iteration = 1; iteration < 4; ++iteration) {
+    EXPECT_FALSE(SampledOptimizerStep(t, 10)) << "the next iteration";
+    EXPECT_EQ(t.step(), iteration + 1);
+    EXPECT_TRUE(SampledOptimizerStep(t, 20));
+    ExpectRenumbering(t, iteration + 1, iteration + 1, iteration);
+    EXPECT_EQ(t.step(), iteration + 1);
+  }
+}
+
+TEST(StepTracker, OneOptimizerInSampleModeIsAStepARecord) {
+  StepTracker t;
+  for (int64_t step = 1; step <= 3; ++step) {
+    EXPECT_FALSE(SampledOptimizerStep(t, 10));
+    EXPECT_EQ(t.step(), step);
+  }
+  // GradScaler skipped it: identified, no record; the caller ends the step.
+  EXPECT_FALSE(t.OnOptimizerIdentified(10));
+  t.OnOptimizerStepEnd(/*begin_next_now=*/true);
+  EXPECT_EQ(t.step(), 4);
+  EXPECT_TRUE(t.TakeRenumberings().empty());
+}
+
+// Records of an optimizer never identified (the step guard off) each end a
+// step, as before; the first identified after them says nothing of them.
+TEST(StepTracker, RecordsOfUnidentifiedOptimizersEachEndAStep) {
+  StepTracker t;
+  t.OnOptimizerStepBegin();
+  t.OnOptimizerStepEnd(/*begin_next_now=*/true);
+  EXPECT_FALSE(SampledOptimizerStep(t, 20)) << "nothing identified in step 0";
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_TRUE(t.TakeRenumberings().empty());
+}
+
 // A model of two parameters read with `op` in a pass: whether reading the
 // first began a step.
 bool ReadBoth(StepTracker& t, const char* op, int* first, int* second) {

@@ -8,6 +8,9 @@
 #   in-backward     an optimizer per parameter, stepped in the backward pass
 #                   as each gradient is ready (torch's recipe for fusing the
 #                   update into backward: post-accumulate-grad hooks)
+#   gradscaler      two-optimizers through a GradScaler (its scale starts at
+#                   1): iteration 2's inf makes it skip both
+#   recreated       one optimizer, made anew each iteration (one step each)
 # argv[2], where it overflows: forward (the input scaled past 65504 by the
 # matmul) or backward (the loss scaled so its gradient does). DEVICE=cuda:
 # on the GPU (scripts/gpu-check.sh).
@@ -20,7 +23,8 @@ layout, phase = sys.argv[1], sys.argv[2]
 device = os.environ.get("DEVICE", "cpu")
 w1 = torch.nn.Parameter(torch.full((16, 16), 0.1, device=device))
 w2 = torch.nn.Parameter(torch.full((16, 16), 0.1, device=device))
-if layout == "two-optimizers":
+scaler = torch.amp.GradScaler(device, init_scale=1.0, enabled=layout == "gradscaler")
+if layout in ("two-optimizers", "gradscaler"):
     opts = [torch.optim.SGD([w1], lr=1e-3), torch.optim.Adam([w2], lr=1e-3)]
 elif layout == "in-backward":
     per_parameter = {p: torch.optim.SGD([p], lr=1e-3) for p in (w1, w2)}
@@ -32,16 +36,20 @@ elif layout == "in-backward":
     for p in per_parameter:
         p.register_post_accumulate_grad_hook(step_now)
     opts = []
-else:
-    sys.exit(f"several_optimizers: layout {layout!r}: two-optimizers or in-backward")
+elif layout != "recreated":
+    sys.exit(f"several_optimizers: layout {layout!r}: two-optimizers, in-backward, "
+             "gradscaler or recreated")
 for step in range(4):
+    if layout == "recreated":
+        opts = [torch.optim.SGD([w1, w2], lr=1e-3)]
     big = step == 2
     x = torch.full((8, 16), 50000.0 if big and phase == "forward" else 1.0, device=device)
     with torch.autocast(device, dtype=torch.float16):
         y = (x @ w1) @ w2
     scale = 1e6 if big and phase == "backward" else 1.0
-    (y.float().sum() * scale).backward()
+    scaler.scale(y.float().sum() * scale).backward()
     for opt in opts:
-        opt.step()
+        scaler.step(opt)
         opt.zero_grad()
+    scaler.update()
     print("iteration", step, "done")
