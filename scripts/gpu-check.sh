@@ -188,11 +188,15 @@ sys.exit(1 if bad else 0)
 PY
 ) | tee "$build"/own-scaler-check.txt || { failed+=("own loss scaler on CUDA"); tail -20 "$build"/own-scaler-set-to-none.log; }
 
-echo "== several optimizer steps an iteration on CUDA: one step each, the overflow in its iteration"
+echo "== several optimizer steps an iteration on CUDA: one step each, the overflow in its iteration (also in sample mode)"
 for layout in two-optimizers in-backward; do
   for phase in forward backward; do
     on_cuda "$build/several-$layout-$phase" several_optimizers.py "$layout" "$phase" &
   done
+done
+for layout in two-optimizers in-backward gradscaler; do
+  NANHUNT_MODE=sample NANHUNT_SAMPLE_STEPS=0 \
+    on_cuda "$build/several-sample-$layout" several_optimizers.py "$layout" forward &
 done
 wait
 ("$python" - "$build" <<'PY'
@@ -215,6 +219,18 @@ for layout in ("two-optimizers", "in-backward"):
         print(f"{layout}, overflow in {phase}, CUDA: first origin {o.get('op')} ({o.get('phase')}) "
               f"step {o.get('step')}, {r.get('steps')} steps, ops a step "
               f"{sorted({n for _, n in ops})}: {'OK' if ok else 'WRONG'}")
+# Sample mode sees no forward pass: the optimizers the step guard names
+# keep one step an iteration (8 steps before, and the overflow at 4).
+for layout in ("two-optimizers", "in-backward", "gradscaler"):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/several-sample-{layout}.json"))
+    except Exception as e:
+        r = {"error": repr(e)}
+    o = r.get("first_origin") or {}
+    ok = r.get("steps") == 4 and o.get("step") == 2
+    bad += not ok
+    print(f"{layout}, sample mode, CUDA: first seen {o.get('op')} ({o.get('kind')}) step "
+          f"{o.get('step')}, {r.get('steps')} steps: {'OK' if ok else 'WRONG'}")
 sys.exit(1 if bad else 0)
 PY
 ) | tee "$build"/several-check.txt || { failed+=("several optimizers on CUDA"); tail -20 "$build"/several-in-backward-backward.log; }
