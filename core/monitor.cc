@@ -381,7 +381,9 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
                         format);
     }
     row.max_abs = want_headroom ? near.max_abs : max_abs;
-    if (e.phase == Phase::kForward) {
+    // A backward op's line is its forward op's (forward_op); the update's
+    // is the program's optimizer.step() or scaler.step().
+    if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
     }
@@ -632,7 +634,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   row.outputs = Describe(e.outputs);
   if (!inputs.empty()) row.inputs = Describe(inputs);
   if (verdict != Verdict::kPropagated) {
-    if (e.phase == Phase::kForward) {
+    if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
     }

@@ -178,4 +178,9 @@ bool WritesNoValues(absl::string_view record) {
 
 bool AnnotatesOnly(absl::string_view op) { return op == "aten::record_stream"; }
 
+bool ScalesLoss(absl::string_view op) {
+  return op == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
+         op == "aten::_amp_update_scale_";
+}
+
 }  // namespace nanhunt

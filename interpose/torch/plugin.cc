@@ -298,9 +298,9 @@ void OnLateVerdict(const LateOp& op, Verdict verdict) {
 // updates with grad mode off; what runs inside its step with grad mode on
 // is a closure's forward pass (LBFGS, SAM's second pass re-evaluating the
 // loss).
-Phase CurrentPhase(const ThreadState& ts, bool grad_enabled) {
+Phase CurrentPhase(const ThreadState& ts, bool grad_enabled, absl::string_view op) {
   if (torch_compat::InBackward()) return Phase::kBackward;
-  if (ts.optimizer_depth > 0 && !grad_enabled) return Phase::kOptimizer;
+  if ((ts.optimizer_depth > 0 && !grad_enabled) || ScalesLoss(op)) return Phase::kOptimizer;
   return Phase::kForward;
 }
 
@@ -588,7 +588,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.top_op = top_op ? top_op : "";
   call.forward_op = forward_op ? forward_op : "";
   call.grad_enabled = top != nullptr ? top->grad_at_start : c10::GradMode::is_enabled();
-  call.phase = CurrentPhase(ts, call.grad_enabled);
+  call.phase = CurrentPhase(ts, call.grad_enabled, frame.name);
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
   call.thread = fn.threadId();
@@ -649,7 +649,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   OpEvent event;
   event.op = frame.name;
   event.top_op = top_op ? top_op : "";
-  event.phase = CurrentPhase(ts, call.grad_enabled);
+  event.phase = CurrentPhase(ts, call.grad_enabled, frame.name);
   event.grad_enabled = call.grad_enabled;
   event.takes_grad_input = takes_grad_input;
   event.forward_op = forward_op ? forward_op : "";
@@ -769,7 +769,7 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   if (parameter == nullptr) return;
   DeviceOpCall call;
   call.grad_enabled = c10::GradMode::is_enabled();
-  call.phase = CurrentPhase(ts, call.grad_enabled);
+  call.phase = CurrentPhase(ts, call.grad_enabled, fn.name());
   if (call.phase != Phase::kForward) return;
   call.takes_grad_input = true;
   call.top_level = true;

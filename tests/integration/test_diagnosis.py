@@ -46,6 +46,11 @@ def test_foreach_and_fused_updates_are_checked_as_they_write(implementation, op,
     first = j["first_origin"]
     assert (first["op"], first["phase"], first["step"]) == (op, "optimizer", step), first
     assert j["diagnosis"]["kind"] == "fp16_optimizer_state", j["diagnosis"]
+    # An update's line is the program's opt.step() (torch.optim's own lines
+    # skipped); it had none before.
+    script = SCRIPTS / "adam_on_fp16_weights.py"
+    line = script.read_text().splitlines().index("    opt.step()") + 1
+    assert first["source"] == f"{script}:{line} in <module>", first
 
 
 def test_tiny_gradients_in_bf16_are_no_underflow_but_a_forecast(out):

@@ -157,10 +157,11 @@ def test_several_optimizers_an_iteration_are_one_step_in_sample_mode(out, layout
     assert escalations and " at step 2" in escalations[0], escalations
     if layout == "gradscaler":
         assert j["skipped_steps"] == [2], j["skipped_steps"]
-        # The first inf sample mode saw went into GradScaler's unscale, made
-        # by the unsampled backward pass: not "came in with the data", and
-        # its line is the program's scaler.step, not nanhunt's wrapper.
+        # The first inf sample mode saw went into GradScaler's unscale (the
+        # update, though no backward op was sampled before it), made by the
+        # unsampled backward pass: not "came in with the data", and its line
+        # is the program's scaler.step, not nanhunt's wrapper.
         first = j["first_origin"]
-        assert first["kind"] == "input", first
+        assert (first["kind"], first["phase"]) == ("input", "optimizer"), first
         assert j["diagnosis"]["kind"] == "unchecked_maker", j["diagnosis"]
         assert first["source"].startswith(str(SCRIPTS / "several_optimizers.py")), first

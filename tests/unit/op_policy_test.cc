@@ -68,5 +68,15 @@ TEST(OpPolicy, MovesCastsAndInitialisersSetParametersUpNoForwardPassRuns) {
   }
 }
 
+// GradScaler's own ops are the update wherever they run (sample mode sees
+// no backward op before them); the scale's multiplication of the loss is
+// an op of the forward pass.
+TEST(OpPolicy, GradScalersUnscaleAndUpdateAreTheUpdate) {
+  EXPECT_TRUE(ScalesLoss("aten::_amp_foreach_non_finite_check_and_unscale_"));
+  EXPECT_TRUE(ScalesLoss("aten::_amp_update_scale_"));
+  EXPECT_FALSE(ScalesLoss("aten::mul"));
+  EXPECT_FALSE(ScalesLoss("aten::_foreach_mul_"));
+}
+
 }  // namespace
 }  // namespace nanhunt
