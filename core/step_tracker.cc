@@ -146,7 +146,8 @@ bool StepTracker::BeginTraining() {
   given_up.swap(nonfinite_passes_);
   // Step j is made of the passes after the j-th pass given up, through the
   // (j+1)-th (or the last pass): each pass's new number is how many passes
-  // given up came before it, never more than its own.
+  // given up came before it, never more than its own, so each range below
+  // moves only passes numbered above j, and in order.
   bool renumbered = false;
   int64_t first_pass = 0;
   for (size_t j = 0; j <= given_up.size(); ++j) {
