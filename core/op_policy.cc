@@ -180,7 +180,7 @@ bool AnnotatesOnly(absl::string_view op) { return op == "aten::record_stream"; }
 
 bool ScalesLoss(absl::string_view op) {
   return op == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
-         op == "aten::_amp_update_scale_";
+         op == kScalerUpdate;
 }
 
 }  // namespace nanhunt

@@ -113,6 +113,10 @@ bool WritesNoValues(absl::string_view record);
 // that returns nothing is otherwise checked through what it writes.
 bool AnnotatesOnly(absl::string_view op);
 
+// GradScaler's update of its scale: it ends an iteration whose optimizer
+// step it skipped.
+inline constexpr char kScalerUpdate[] = "aten::_amp_update_scale_";
+
 // GradScaler's own ops (unscaling the gradients, updating the scale): the
 // update, wherever they run. torch.optim's record does not enclose them,
 // and in sample mode no backward op need have been seen before them to

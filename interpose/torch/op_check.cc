@@ -343,6 +343,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.writes_whole_tensor = WritesWholeTensor(fn.name());
   traits.overwrites_written = traits.fills_with_scalar || traits.writes_whole_tensor;
   traits.scaler_update = strcmp(fn.name(), kScalerUpdate) == 0;
+  traits.scales_loss = ScalesLoss(fn.name());
   traits.collective = strncmp(fn.name(), "c10d::", 6) == 0;
   traits.reads_on_host = strcmp(fn.name(), "aten::_local_scalar_dense") == 0 ||
                          strcmp(fn.name(), "aten::copy_") == 0;

@@ -44,7 +44,8 @@ struct OpTraits {
   // foreach ops, whose CPU implementation is a loop of per-tensor ops.
   bool composed_of_nested_ops = false;
   bool fp32_listed = false;  // named by NANHUNT_FP32_OPS
-  bool scaler_update = false;  // GradScaler's update (sample_control.h's kScalerUpdate)
+  bool scaler_update = false;  // GradScaler's update (core/op_policy.h's kScalerUpdate)
+  bool scales_loss = false;    // GradScaler's unscale or update: the update's phase
   bool collective = false;     // c10d::: what lands in its tensors is other ranks'
   bool reads_on_host = false;  // _local_scalar_dense, copy_: may wait for a GPU (ReadsDeviceOnHost)
   uint64_t generation = 0;     // of the live settings fp32_listed was read from

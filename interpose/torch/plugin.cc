@@ -297,10 +297,11 @@ void OnLateVerdict(const LateOp& op, Verdict verdict) {
 // `grad_enabled`: grad mode as the op (its top-level op) began. torch.optim
 // updates with grad mode off; what runs inside its step with grad mode on
 // is a closure's forward pass (LBFGS, SAM's second pass re-evaluating the
-// loss).
-Phase CurrentPhase(const ThreadState& ts, bool grad_enabled, absl::string_view op) {
+// loss). `scales_loss`: a GradScaler op (OpTraits), the update's wherever
+// it runs.
+Phase CurrentPhase(const ThreadState& ts, bool grad_enabled, bool scales_loss = false) {
   if (torch_compat::InBackward()) return Phase::kBackward;
-  if ((ts.optimizer_depth > 0 && !grad_enabled) || ScalesLoss(op)) return Phase::kOptimizer;
+  if ((ts.optimizer_depth > 0 && !grad_enabled) || scales_loss) return Phase::kOptimizer;
   return Phase::kForward;
 }
 
@@ -588,7 +589,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.top_op = top_op ? top_op : "";
   call.forward_op = forward_op ? forward_op : "";
   call.grad_enabled = top != nullptr ? top->grad_at_start : c10::GradMode::is_enabled();
-  call.phase = CurrentPhase(ts, call.grad_enabled, frame.name);
+  call.phase = CurrentPhase(ts, call.grad_enabled, traits.scales_loss);
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
   call.thread = fn.threadId();
@@ -649,7 +650,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   OpEvent event;
   event.op = frame.name;
   event.top_op = top_op ? top_op : "";
-  event.phase = CurrentPhase(ts, call.grad_enabled, frame.name);
+  event.phase = call.phase;
   event.grad_enabled = call.grad_enabled;
   event.takes_grad_input = takes_grad_input;
   event.forward_op = forward_op ? forward_op : "";
@@ -769,7 +770,7 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   if (parameter == nullptr) return;
   DeviceOpCall call;
   call.grad_enabled = c10::GradMode::is_enabled();
-  call.phase = CurrentPhase(ts, call.grad_enabled, fn.name());
+  call.phase = CurrentPhase(ts, call.grad_enabled);  // GradScaler's ops take no parameter
   if (call.phase != Phase::kForward) return;
   call.takes_grad_input = true;
   call.top_level = true;

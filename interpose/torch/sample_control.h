@@ -7,13 +7,11 @@
 #include <cstdint>
 #include <string>
 
+#include "core/op_policy.h"  // kScalerUpdate
+
 namespace nanhunt {
 
 class Session;
-
-// GradScaler's update: it ends an iteration whose optimizer step it
-// skipped, so it is always checked (and, on the GPU, read back).
-inline constexpr char kScalerUpdate[] = "aten::_amp_update_scale_";
 
 // Something was seen at `step` (-1: the current step): every op is
 // checked for the next NANHUNT_ESCALATE_STEPS steps. No-op outside sample
