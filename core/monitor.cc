@@ -737,11 +737,11 @@ void Monitor::OnOptimizerStepBegin() {
   StepStateChangedLocked();
 }
 
-void Monitor::OnOptimizerIdentified(uint64_t optimizer) {
+void Monitor::OnOptimizerIdentified(uint64_t optimizer, bool replaces_another) {
   absl::MutexLock lock(&mu_);
-  if (config_.mode != Mode::kSample) return;
-  if (steps_.OnOptimizerIdentified(optimizer)) {
-    // The row the record's end wrote for the step is joined by what comes.
+  if (steps_.OnOptimizerIdentified(optimizer, replaces_another)) {
+    // The row written as the step began (in sample mode, at the record's
+    // end) is joined by what comes.
     RenumberLocked();
     StepStateChangedLocked();
   }

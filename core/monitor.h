@@ -269,10 +269,11 @@ class Monitor {
 
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();
-  // In sample mode, optimizer `optimizer` steps (or GradScaler skipped it):
-  // another optimizer of the iteration keeps the step the last record
-  // ended (StepTracker::OnOptimizerIdentified). Nothing in other modes.
-  void OnOptimizerIdentified(uint64_t optimizer);
+  // Optimizer `optimizer` steps (or, in sample mode, GradScaler skipped
+  // it): another optimizer of the iteration keeps the step the last one's
+  // update ended (StepTracker::OnOptimizerIdentified, which says what
+  // `replaces_another` means).
+  void OnOptimizerIdentified(uint64_t optimizer, bool replaces_another);
   // `nonfinite_held`: whether a storage that holds inf/NaN made in the run
   // may still be alive as the optimizer step ends. When none is and the
   // step made some, they went with the temporaries that held them (a

@@ -26,6 +26,7 @@ bool StepTracker::BeginStepAfterUpdate(Phase phase, bool grad_enabled,
   step_ended_ = false;
   ConfirmGivenUp();
   ++step_;
+  began_after_update_ = step_;
   return true;
 }
 
@@ -252,6 +253,10 @@ void StepTracker::UndoSteps(int64_t count) {
   if (count <= 0) return;
   renumberings_.push_back(Renumbering{step_ - count + 1, step_, step_ - count});
   step_ -= count;
+  // What was learnt of the undone steps is the step's they joined: its
+  // backward pass ran, and the pair that began them began no step.
+  backward_step_ = std::min(backward_step_, step_);
+  if (anchor_step_ > step_) anchor_step_ = -1;
 }
 
 int64_t StepTracker::UndoTentative() { return Undo(tentative_); }
@@ -323,13 +328,13 @@ void StepTracker::OnOptimizerStepEnd(bool begin_next_now) {
     step_ended_ = false;
     ConfirmGivenUp();
     ++step_;
-    advanced_at_record_end_ = true;
+    began_after_update_ = step_;
   } else {
     step_ended_ = true;
   }
 }
 
-bool StepTracker::OnOptimizerIdentified(uint64_t optimizer) {
+bool StepTracker::OnOptimizerIdentified(uint64_t optimizer, bool replaces_another) {
   // Optimizers an iteration: more than any program steps.
   constexpr size_t kMaxOptimizers = 1 << 12;
   const auto stepped = [&] {
@@ -337,15 +342,19 @@ bool StepTracker::OnOptimizerIdentified(uint64_t optimizer) {
            optimizers_in_step_.end();
   };
   bool undone = false;
-  if (advanced_at_record_end_) {
-    advanced_at_record_end_ = false;
-    // It stepped in the step that ended: the next iteration. Before any
-    // was identified (the first step's), nothing says otherwise.
-    if (optimizers_in_step_.empty() || stepped()) {
-      optimizers_in_step_.clear();
-    } else {
+  if (optimizers_step_ != step_) {
+    // The first optimizer of this step: does the step go on the last one's
+    // iteration? Only when it began right after that step's update, and
+    // this optimizer did not step there. One that replaces the others (a
+    // new optimizer for a fine-tuning's next phase, the next model of a
+    // sweep) begins a step of its own, as the same one would.
+    const bool right_after = began_after_update_ == step_ && optimizers_step_ == step_ - 1;
+    if (right_after && !optimizers_in_step_.empty() && !stepped() && !replaces_another) {
       UndoSteps(1);
       undone = true;
+    } else {
+      optimizers_in_step_.clear();
+      optimizers_step_ = step_;
     }
   }
   if (!stepped() && optimizers_in_step_.size() < kMaxOptimizers) {

@@ -7,8 +7,10 @@
 // them are one step: several optimizers stepped together (dense and sparse
 // parameters, one optimizer per module) and an optimizer per parameter
 // stepped inside the backward pass (post-accumulate-grad hooks) count one
-// step an iteration, as the program's own loop does. A GAN's discriminator
-// and generator updates, each after its own forward pass, are two steps.
+// step an iteration, as the program's own loop does. So are a GAN's
+// discriminator and generator updates, each after its own forward pass:
+// the generator's optimizer, which did not step in the step before, undoes
+// the advance its forward pass made (OnOptimizerIdentified).
 // The ops between an optimizer record and the next forward pass (zero_grad,
 // GradScaler's update, the next batch's preparation) are the step's tail.
 // The caller tells a top-level op's start to OnOp too (Monitor::
@@ -101,17 +103,23 @@ class StepTracker {
   // step an optimizer record, unless the next is another optimizer's of
   // the same iteration (OnOptimizerIdentified).
   void OnOptimizerStepEnd(bool begin_next_now = false);
-  // Sample mode: optimizer `optimizer` steps (an identity: that of the
-  // first parameter it updates), inside its record, or GradScaler skipped
-  // its step. Each record ended a step there (OnOptimizerStepEnd with
-  // `begin_next_now`); when the optimizer that steps next has not stepped
-  // in the step that ended, it is another optimizer of the same iteration
-  // (dense and sparse parameters, one per parameter stepped in backward,
-  // Muon beside AdamW), and that advance is undone (TakeRenumberings): one
-  // step an iteration, as with every op checked, though sample mode sees
-  // no forward pass. A GAN's two updates are then one step too. Returns
-  // true when it undid.
-  bool OnOptimizerIdentified(uint64_t optimizer);
+  // Optimizer `optimizer` steps (an identity: that of the first parameter
+  // it updates), inside its record, or GradScaler skipped its step (sample
+  // mode). When the step began right after the last step's update (at the
+  // next forward pass; in sample mode, which cannot see one, at the
+  // record's end: OnOptimizerStepEnd with `begin_next_now`), and this
+  // optimizer did not step in that step, it is another optimizer of the
+  // same iteration, and the advance is undone (TakeRenumberings): a GAN's
+  // generator after its discriminator, each after its own forward pass;
+  // in sample mode also dense and sparse parameters, one optimizer per
+  // parameter stepped in backward, Muon beside AdamW. One step an
+  // iteration, as the program's loop counts them, in every mode. With
+  // `replaces_another` (at its first step it updated parameters another
+  // optimizer updated before, the new optimizer of a fine-tuning's next
+  // phase; or every optimizer that stepped before it was gone, the next
+  // model of a sweep) it is the next iteration's, as the same optimizer
+  // would be. Returns true when it undid.
+  bool OnOptimizerIdentified(uint64_t optimizer, bool replaces_another = false);
   // OnOp's first part: when an optimizer record ended the step and this
   // op begins a forward pass, it begins the next step (returns true).
   bool BeginStepAfterUpdate(Phase phase, bool grad_enabled, bool takes_grad_input);
@@ -289,11 +297,12 @@ class StepTracker {
   };
   std::vector<GivenUp> given_up_;
   std::vector<int64_t> given_up_confirmed_;
-  // Sample mode (OnOptimizerIdentified): the optimizers identified in the
-  // step an optimizer record ended, and whether the open step began at a
-  // record's end with no optimizer identified since.
+  // OnOptimizerIdentified: the optimizers identified in step
+  // optimizers_step_, and the last step that began right after an update
+  // (an optimizer record's end, or the first forward op after it).
   std::vector<uint64_t> optimizers_in_step_;
-  bool advanced_at_record_end_ = false;
+  int64_t optimizers_step_ = -1;
+  int64_t began_after_update_ = -1;
 };
 
 }  // namespace nanhunt

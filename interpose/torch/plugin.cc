@@ -328,27 +328,37 @@ def _load_guard():
   return std::string(kLoad) + code;
 }
 
-// NANHUNT_SKIP_NONFINITE_STEPS: registers step_guard.py's optimizer hooks,
-// once, at the first optimizer step (torch.optim cannot be imported while
-// torch itself is still being imported, when this plugin starts). The hooks
-// are registered inside Optimizer.step's record, before it reads them.
+// Registers step_guard.py's optimizer hooks, once, at the first optimizer
+// step (torch.optim cannot be imported while torch itself is still being
+// imported, when this plugin starts), in every mode: they name each
+// optimizer that steps, so that a GAN's two updates are one step; with
+// NANHUNT_SKIP_NONFINITE_STEPS they skip, in sample mode they are its
+// sentinel. The hooks are registered inside Optimizer.step's record,
+// before it reads them. Without skipping or sampling, a failure costs only
+// the naming, and says nothing.
 void InstallStepGuard() {
   static std::atomic<bool> tried{false};
   if (tried.exchange(true)) return;
   const std::string lib = PluginPath();
   const std::string script = StepGuardScript();
-  static constexpr char kInstall[] = R"py(
-try:
-    _load_guard().install(LIBRARY, SENTINEL)
-except Exception as e:
-    import sys
-    print(f"nanhunt: the gradient check cannot work here ({e!r}); no step is "
-          "skipped and sample mode has no sentinel", file=sys.stderr)
-)py";
   Session* session = Session::Get();
   const bool sentinel = session->sampler() != nullptr;
-  if (!RunPython(WithStepGuard(kInstall).c_str(), {{"SCRIPT", script}, {"LIBRARY", lib},
-                            {"SENTINEL", sentinel ? "1" : "0"}})) {
+  const bool skip = session->live().skip_nonfinite_steps.load(std::memory_order_relaxed);
+  const bool says = sentinel || skip;
+  static constexpr char kInstall[] = R"py(
+try:
+    _load_guard().install(LIBRARY, SENTINEL, SKIP)
+except Exception as e:
+    import sys
+    if SAYS == "1":
+        print(f"nanhunt: the gradient check cannot work here ({e!r}); no step is "
+              "skipped and sample mode has no sentinel", file=sys.stderr)
+)py";
+  if (!RunPython(WithStepGuard(kInstall).c_str(),
+                 {{"SCRIPT", script}, {"LIBRARY", lib},
+                  {"SENTINEL", sentinel ? "1" : "0"}, {"SKIP", skip ? "1" : "0"},
+                  {"SAYS", says ? "1" : "0"}}) &&
+      says) {
     fprintf(stderr,
             "nanhunt: the gradient check needs torch.optim in a Python "
             "process; no step is skipped and sample mode has no sentinel\n");
@@ -804,13 +814,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           f.kind = FrameKind::kOptimizer;
           ++ts.optimizer_depth;
           Session::Get()->monitor().OnOptimizerStepBegin();
-          if (Session::Get()->live().skip_nonfinite_steps.load(
-                  std::memory_order_relaxed) ||
-              Session::Get()->sampler() != nullptr) {
-            ts.busy = true;  // importing the hooks runs no op of the model
-            InstallStepGuard();
-            ts.busy = false;
-          }
+          ts.busy = true;  // importing the hooks runs no op of the model
+          InstallStepGuard();
+          ts.busy = false;
         } else {
           f.kind = FrameKind::kOther;
         }
@@ -1042,17 +1048,19 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_step_in_capture()
   g_steps_in_capture.fetch_add(1, std::memory_order_relaxed);
 }
 
-// Called by step_guard.py in sample mode as optimizer `optimizer` (the
-// Python id of the first parameter it updates) steps, inside its record:
-// another optimizer of the same iteration keeps the step
+// Called by step_guard.py as optimizer `optimizer` (the Python id of the
+// first parameter it updates) steps, inside its record; `replaces_another`:
+// at its first step it took over parameters another optimizer updated, or
+// every optimizer that stepped before it was gone.
+// Another optimizer of the same iteration keeps the step
 // (Monitor::OnOptimizerIdentified).
 extern "C" __attribute__((visibility("default"))) void nanhunt_optimizer_stepping(
-    uint64_t optimizer) {
+    uint64_t optimizer, int replaces_another) {
   using namespace nanhunt;
   try {
     Session* session = Session::Get();
     if (session == nullptr || !MonitoringActive()) return;
-    session->monitor().OnOptimizerIdentified(optimizer);
+    session->monitor().OnOptimizerIdentified(optimizer, replaces_another != 0);
   } catch (...) {
     ReportInternalError("optimizer step", "unknown exception");
   }
@@ -1063,13 +1071,13 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_optimizer_steppin
 // has no optimizer record to end it, and when torch samples op calls its
 // scale update may not be seen either.
 extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_step(
-    uint64_t optimizer) {
+    uint64_t optimizer, int replaces_another) {
   using namespace nanhunt;
   try {
     Session* session = Session::Get();
     if (session == nullptr || !MonitoringActive()) return;
     EscalateSampling(*session, kScalerSkipped);
-    session->monitor().OnOptimizerIdentified(optimizer);
+    session->monitor().OnOptimizerIdentified(optimizer, replaces_another != 0);
     session->monitor().OnOptimizerStepEnd();
     UpdateObservation(*session);
   } catch (...) {

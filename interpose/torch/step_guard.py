@@ -1,10 +1,11 @@
 """NANHUNT_SKIP_NONFINITE_STEPS: an optimizer step whose gradients are not
 all finite does not update anything, the way GradScaler skips a step.
 NANHUNT_MODE=sample: the same gradient check is the sentinel that tells
-nanhunt to check every op for a while; an iteration whose optimizer step
-GradScaler skipped, which has no optimizer record to end it, is reported;
-and each optimizer that steps is named, so that several stepped in one
-iteration are one step.
+nanhunt to check every op for a while, and an iteration whose optimizer
+step GradScaler skipped, which has no optimizer record to end it, is
+reported. In every mode each optimizer that steps is named, so that several
+stepped in one iteration (a GAN's discriminator and generator; in sample
+mode any two) are one step.
 
 Loaded by libnanhunt_torch.so into the monitored process at its first
 optimizer step. torch.optim's optimizers skip every parameter whose .grad is
@@ -19,6 +20,7 @@ the same values and takes the same decision.
 import ctypes
 import functools
 import sys
+import weakref
 
 import torch
 from torch.optim.optimizer import (
@@ -36,6 +38,12 @@ _optimizer_steps = 0  # optimizer.step() calls so far
 # GradScaler's).
 _late = []
 _broken = False  # an internal error switched the step guard off
+_skip_at_install = False  # NANHUNT_SKIP_NONFINITE_STEPS was on at install
+# Which optimizer last claimed each parameter (id(parameter) -> identity),
+# and the optimizers that have claimed theirs, with how many they had.
+_owners = {}
+_claimed = weakref.WeakKeyDictionary()
+_MAX_OWNERS = 1 << 20  # parameters remembered: more than a model has
 
 
 def _gradients(optimizer):
@@ -136,13 +144,62 @@ def _identity(optimizer):
     return id(optimizer)
 
 
+def _replaces_another(optimizer, identity):
+    """Whether this optimizer, at its first step, replaces the optimizers
+    before it rather than stepping beside them: it updates parameters another
+    one updated (a new optimizer for a fine-tuning's next phase), or every
+    optimizer that stepped before it is gone (the next model of a sweep or a
+    cross-validation, made with its optimizer where the last ones were). A
+    GAN's generator steps beside its discriminator: they share no parameter,
+    and both live on."""
+    count = sum(len(group["params"]) for group in optimizer.param_groups)
+    try:
+        if _claimed.get(optimizer) == count:
+            return False  # its parameters are its own since its first step
+        others_alive = any(other is not optimizer for other in list(_claimed.keys()))
+        _claimed[optimizer] = count
+    except TypeError:
+        others_alive = True  # not weakly referable: asked at every step
+    if len(_owners) > _MAX_OWNERS:
+        _owners.clear()
+    replaces = not others_alive and bool(_owners)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            owner = _owners.get(id(p))
+            replaces |= owner is not None and owner != identity
+            _owners[id(p)] = identity
+    return replaces
+
+
+def _compiling():
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    return bool(is_compiling and is_compiling())
+
+
+def _naming(optimizer):
+    """The arguments that name an optimizer to nanhunt: its identity, and
+    whether it replaces another."""
+    try:
+        identity = _identity(optimizer)
+        return identity, int(_replaces_another(optimizer, identity))
+    except Exception:  # never the training's problem
+        return id(optimizer), 0
+
+
 def _before_step(optimizer, args, kwargs):
     global _optimizer_steps, _broken
     _optimizer_steps += 1
-    if _sentinel:
-        # Which optimizer steps: several in one iteration are one step.
+    if _compiling() and not (_sentinel or _skip_at_install):
+        # torch.compile traces the step: any call into nanhunt would break
+        # its graph (fullgraph=True would fail), for nothing but the name.
+        # The compiled step goes unnamed. Skipping and the sentinel still
+        # break it, as their checks must run.
+        return None
+    # Which optimizer steps: several in one iteration are one step.
+    if not _compiling():
         try:
-            _lib.nanhunt_optimizer_stepping(_identity(optimizer))
+            _lib.nanhunt_optimizer_stepping(*_naming(optimizer))
         except Exception:
             pass  # never the training's problem
     if _broken:
@@ -210,7 +267,7 @@ def _watch_grad_scaler():
         before = _optimizer_steps
         result = original(self, optimizer, *args, **kwargs)
         if _optimizer_steps == before and self.is_enabled():
-            _lib.nanhunt_scaler_skipped_step(_identity(optimizer))
+            _lib.nanhunt_scaler_skipped_step(*_naming(optimizer))
         return result
 
     scaler.step = step
@@ -223,8 +280,8 @@ def _library(library_path):
         lib = ctypes.CDLL(library_path)
         lib.nanhunt_quiet.argtypes = [ctypes.c_int]
         lib.nanhunt_sentinel.argtypes = [ctypes.c_int]
-        lib.nanhunt_optimizer_stepping.argtypes = [ctypes.c_uint64]
-        lib.nanhunt_scaler_skipped_step.argtypes = [ctypes.c_uint64]
+        lib.nanhunt_optimizer_stepping.argtypes = [ctypes.c_uint64, ctypes.c_int]
+        lib.nanhunt_scaler_skipped_step.argtypes = [ctypes.c_uint64, ctypes.c_int]
         lib.nanhunt_skip_enabled.restype = ctypes.c_int
         lib.nanhunt_loss_scale.argtypes = [ctypes.c_void_p]
         _lib = lib
@@ -261,10 +318,11 @@ def watch_loss_scale(library_path):
     scaler.scale = scale
 
 
-def install(library_path, sentinel):
-    global _sentinel
+def install(library_path, sentinel, skip="0"):
+    global _sentinel, _skip_at_install
     _library(library_path)
     _sentinel = sentinel == "1"
+    _skip_at_install = skip == "1"
     register_optimizer_step_pre_hook(_before_step)
     register_optimizer_step_post_hook(_after_step)
     if _sentinel:

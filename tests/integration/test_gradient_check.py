@@ -3,7 +3,9 @@ sentinel (step_guard.py): every NaN or inf in any floating dtype is found,
 and finite gradients are never called non-finite, even where the fast
 2-norm screen overflows (fp16 gradients whose norm passes 65504, fp32
 values whose squares pass fp32's range)."""
+import gc
 import importlib.util
+import weakref
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,9 @@ class _FakeLibrary:
     def nanhunt_sentinel(self, finite):
         self.calls.append(("sentinel", finite))
 
+    def nanhunt_optimizer_stepping(self, identity, replaces_another):
+        self.calls.append(("stepping", identity, replaces_another))
+
     def nanhunt_step_skipped(self):
         self.calls.append(("skipped",))
         if self.fail_on_skip:
@@ -79,7 +84,51 @@ def fresh_guard(monkeypatch):
     monkeypatch.setattr(guard, "_broken", False)
     monkeypatch.setattr(guard, "_held", {})
     monkeypatch.setattr(guard, "_late", [])
+    monkeypatch.setattr(guard, "_owners", {})
+    monkeypatch.setattr(guard, "_claimed", weakref.WeakKeyDictionary())
     return guard
+
+
+@pytest.mark.parametrize("first_kept", [True, False])
+def test_an_optimizer_made_once_the_others_are_gone_replaces_them(
+        fresh_guard, monkeypatch, first_kept):
+    # A sweep or a cross-validation: the next model and its optimizer are
+    # made where the last ones were, which are gone by its first step. Kept
+    # (a GAN's discriminator), the other steps beside it.
+    lib = _FakeLibrary(skip=False)
+    monkeypatch.setattr(fresh_guard, "_lib", lib)
+    monkeypatch.setattr(fresh_guard, "_sentinel", False)
+    parameters = [torch.nn.Parameter(torch.ones(2)) for _ in range(2)]  # ids never reused
+    first = torch.optim.SGD([parameters[0]])
+    fresh_guard._before_step(first, (), {})
+    if not first_kept:
+        del first
+        gc.collect()
+    fresh_guard._before_step(torch.optim.SGD([parameters[1]]), (), {})
+    named = [c[1:] for c in lib.calls if c[0] == "stepping"]
+    assert named == [(id(parameters[0]), 0), (id(parameters[1]), int(not first_kept))], named
+
+
+def test_each_optimizer_is_named_by_its_first_parameter_and_what_it_took_over(
+        fresh_guard, monkeypatch):
+    lib = _FakeLibrary(skip=False)
+    monkeypatch.setattr(fresh_guard, "_lib", lib)
+    monkeypatch.setattr(fresh_guard, "_sentinel", False)
+    head, body = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    generator, discriminator = torch.optim.SGD([body]), torch.optim.SGD([head])
+    head_only = discriminator
+    everything = torch.optim.SGD([body, head])
+    steps = [generator, discriminator, generator, discriminator,
+             torch.optim.SGD([body]),  # made anew over the same parameters
+             head_only, everything, everything]
+    for opt in steps:
+        assert fresh_guard._before_step(opt, (), {}) is None
+    named = [c[1:] for c in lib.calls if c[0] == "stepping"]
+    assert named == [(id(body), 0), (id(head), 0), (id(body), 0), (id(head), 0),
+                     (id(body), 0), (id(head), 0),
+                     # a fine-tuning's next phase: it took over the head's
+                     # parameter, at its first step only
+                     (id(body), 1), (id(body), 0)], named
 
 
 def _optimizer_with_nan_gradient():

@@ -178,6 +178,20 @@ def test_torch_compile_tracing_does_not_switch_monitoring_off(out, tmp_path):
     assert report["unchecked_ops"] == [], report["unchecked_ops"]
 
 
+def test_a_compiled_optimizer_step_breaks_its_graph_no_more_than_unmonitored(out, tmp_path):
+    # nanhunt names each optimizer that steps from a hook torch.compile
+    # traces into the compiled step: a call into nanhunt there would break
+    # its graph (and fail a fullgraph=True compile).
+    script = SCRIPTS / "compiled_optimizer_step.py"
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    plain = run([PYTHON, script], env=clean_env(**cache))
+    monitored = preload_run([PYTHON, script], out, **cache)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert "graph breaks" in plain.stdout, plain.stdout
+    assert monitored.stdout == plain.stdout, (monitored.stdout, plain.stdout)
+    assert "internal error" not in monitored.stderr, monitored.stderr
+
+
 def test_no_tensor_outlives_its_last_reference(out):
     # Monitored, every tensor goes when the program lets go of it, as it
     # does unmonitored: its memory is free again and its weakrefs are dead.

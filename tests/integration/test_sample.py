@@ -134,14 +134,17 @@ def test_a_mask_whose_maker_went_unsampled_is_no_finding_and_no_escalation(out):
     assert int(dict(db.execute("SELECT key, value FROM meta"))["op_calls_checked"]) > 0
 
 
-@pytest.mark.parametrize("layout", ["two-optimizers", "in-backward", "gradscaler", "recreated"])
+@pytest.mark.parametrize("layout", ["two-optimizers", "in-backward", "gradscaler", "recreated",
+                                    "gan", "next-phase"])
 def test_several_optimizers_an_iteration_are_one_step_in_sample_mode(out, layout):
     # Sample mode sees no forward pass: each optimizer record ended a step,
     # so two optimizers an iteration (or one per parameter, stepped in
-    # backward; or two that GradScaler skipped) read 8 steps for the
-    # program's 4, and iteration 2's overflow as step 4. The optimizer that
-    # steps next, named by the step guard, tells the iteration's; one made
-    # anew each iteration (recreated) is still one step an iteration.
+    # backward; or two that GradScaler skipped; a GAN's) read 8 steps for
+    # the program's 4, and iteration 2's overflow as step 4. The optimizer
+    # that steps next, named by the step guard, tells the iteration's; one
+    # made anew each iteration (recreated) is still one step an iteration,
+    # and so is a new one that takes over the parameters of the one before
+    # (next-phase, which would otherwise read 3 steps and step 1).
     cmd = [PYTHON, SCRIPTS / "several_optimizers.py", layout, "forward"]
     r = preload_run(cmd, out, NANHUNT_MODE="sample", NANHUNT_SAMPLE_OPS="0.01",
                     NANHUNT_SAMPLE_STEPS="0")

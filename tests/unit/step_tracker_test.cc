@@ -326,17 +326,102 @@ TEST(StepTracker, AnOptimizerPerParameterSteppedInBackwardIsOneStep) {
   EXPECT_EQ(t.next_step(), 3);
 }
 
-TEST(StepTracker, AGansTwoUpdatesAreTwoStepsEachAfterItsForwardPass) {
+// One update of a GAN with every op checked: a forward pass, its backward
+// pass, and optimizer `optimizer`'s record, identified inside it (0: not
+// identified, the step guard off). Returns whether identifying it undid
+// the advance its forward pass made.
+bool GanUpdate(StepTracker& t, uint64_t optimizer, bool replaces_another = false) {
+  t.OnOp(Phase::kForward, true, false);  // the noise: no parameter yet
+  t.OnOp(Phase::kForward, true, true);
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOptimizerStepBegin();
+  const bool undone = optimizer != 0 && t.OnOptimizerIdentified(optimizer, replaces_another);
+  t.OnOptimizerStepEnd();
+  return undone;
+}
+
+TEST(StepTracker, AGansTwoUpdatesAreOneStepEachAfterItsForwardPass) {
   StepTracker t;
-  for (int update = 0; update < 4; ++update) {  // discriminator, generator, ...
-    t.OnOp(Phase::kForward, true, false);  // the noise: no parameter yet
-    t.OnOp(Phase::kForward, true, true);
-    EXPECT_EQ(t.step(), update);
-    t.OnOp(Phase::kBackward, true, true);
-    t.OnOptimizerStepBegin();
-    t.OnOptimizerStepEnd();
+  EXPECT_FALSE(GanUpdate(t, /*discriminator=*/10));
+  EXPECT_EQ(t.step(), 0);
+  EXPECT_TRUE(GanUpdate(t, /*generator=*/20)) << "the generator's forward pass began step 1";
+  ExpectRenumbering(t, 1, 1, 0);
+  EXPECT_EQ(t.step(), 0);
+  for (int64_t iteration = 1; iteration < 4; ++iteration) {
+    EXPECT_FALSE(GanUpdate(t, 10)) << "the discriminator stepped in the step before";
+    EXPECT_EQ(t.step(), iteration);
+    EXPECT_TRUE(GanUpdate(t, 20));
+    ExpectRenumbering(t, iteration + 1, iteration + 1, iteration);
+    EXPECT_EQ(t.step(), iteration);
   }
   EXPECT_EQ(t.next_step(), 4);
+}
+
+TEST(StepTracker, AGansUnidentifiedUpdatesAreTwoStepsAnIteration) {
+  // A program whose optimizers nothing names (the step guard could not load).
+  StepTracker t;
+  for (int64_t update = 0; update < 4; ++update) {
+    EXPECT_FALSE(GanUpdate(t, 0));
+    EXPECT_EQ(t.step(), update);
+  }
+  EXPECT_TRUE(t.TakeRenumberings().empty());
+}
+
+TEST(StepTracker, TheCriticsExtraUpdatesAreStepsOfTheirOwn) {
+  // A WGAN trains its critic on every batch and the generator on every
+  // fifth, after the critic's update: the generator joins that batch's step.
+  StepTracker t;
+  int64_t batch = 0;
+  for (; batch < 10; ++batch) {
+    EXPECT_FALSE(GanUpdate(t, 10));
+    EXPECT_EQ(t.step(), batch);
+    if (batch % 5 == 0) {
+      EXPECT_TRUE(GanUpdate(t, 20));
+      ExpectRenumbering(t, batch + 1, batch + 1, batch);
+    }
+  }
+  EXPECT_EQ(t.next_step(), batch);
+}
+
+TEST(StepTracker, AnOptimizerThatTakesOverAnothersParametersBeginsItsStep) {
+  // A fine-tuning trains its head, then everything with a new optimizer:
+  // the new one's first update is the next iteration, as the old one's was.
+  StepTracker t;
+  for (int64_t iteration = 0; iteration < 3; ++iteration) EXPECT_FALSE(GanUpdate(t, 10));
+  EXPECT_FALSE(GanUpdate(t, 20, /*replaces_another=*/true));
+  EXPECT_EQ(t.step(), 3);
+  EXPECT_FALSE(GanUpdate(t, 20));
+  EXPECT_EQ(t.step(), 4);
+  EXPECT_TRUE(t.TakeRenumberings().empty());
+}
+
+TEST(StepTracker, AJoinedStepLearnsTheNextIterationsFirstPairAfresh) {
+  // The generator's forward pass was the anchor of the step it began, and
+  // its backward pass that step's; once that step joined the
+  // discriminator's, the next iteration, which begins with the generator's
+  // layer too, must still be able to give up its iteration.
+  int generator = 0;  // the generator's first layer's weight
+  StepTracker t;
+  const auto update = [&](uint64_t optimizer, const void* first, bool nonfinite) {
+    t.OnOp(Phase::kForward, true, true);
+    t.OnTrainingPass("aten::linear", first, false, 0, 1);
+    if (nonfinite) {
+      // Inf in the loss: the program gives the iteration up, and the next
+      // batch's pass reads the step's first pair again.
+      EXPECT_TRUE(t.OnTrainingPass("aten::linear", first, true, 5, 1));
+      return;
+    }
+    t.OnOp(Phase::kBackward, true, true);
+    t.OnOptimizerStepBegin();
+    t.OnOptimizerIdentified(optimizer);
+    t.OnOptimizerStepEnd();
+  };
+  update(10, &generator, false);  // the discriminator's update on a fake batch
+  update(20, &generator, false);  // the generator's
+  EXPECT_EQ(t.step(), 0);
+  t.TakeRenumberings();
+  update(10, &generator, true);
+  EXPECT_EQ(t.step(), 2) << "iteration 1 given up";
 }
 
 TEST(StepTracker, TheNextForwardPassBeginsTheStepAnOptimizerRecordEnded) {
@@ -361,9 +446,9 @@ TEST(StepTracker, TheNextForwardPassBeginsTheStepAnOptimizerRecordEnded) {
 
 // Sample mode: one optimizer record of `optimizer`, identified inside it;
 // returns whether identifying it undid the advance of the record before.
-bool SampledOptimizerStep(StepTracker& t, uint64_t optimizer) {
+bool SampledOptimizerStep(StepTracker& t, uint64_t optimizer, bool replaces_another = false) {
   t.OnOptimizerStepBegin();
-  const bool undone = t.OnOptimizerIdentified(optimizer);
+  const bool undone = t.OnOptimizerIdentified(optimizer, replaces_another);
   t.OnOptimizerStepEnd(/*begin_next_now=*/true);
   return undone;
 }
@@ -385,6 +470,15 @@ TEST(StepTracker, SeveralOptimizersAnIterationAreOneStepInSampleMode) {
     ExpectRenumbering(t, iteration + 1, iteration + 1, iteration);
     EXPECT_EQ(t.step(), iteration + 1);
   }
+}
+
+TEST(StepTracker, InSampleModeAnOptimizerThatTakesOverAnothersBeginsItsStep) {
+  StepTracker t;
+  EXPECT_FALSE(SampledOptimizerStep(t, 10));
+  EXPECT_FALSE(SampledOptimizerStep(t, 20, /*replaces_another=*/true)) << "the next phase's";
+  EXPECT_FALSE(SampledOptimizerStep(t, 20));
+  EXPECT_EQ(t.step(), 3);
+  EXPECT_TRUE(t.TakeRenumberings().empty());
 }
 
 TEST(StepTracker, OneOptimizerInSampleModeIsAStepARecord) {

@@ -11,6 +11,10 @@
 #   gradscaler      two-optimizers through a GradScaler (its scale starts at
 #                   1): iteration 2's inf makes it skip both
 #   recreated       one optimizer, made anew each iteration (one step each)
+#   gan             w2 a discriminator, w1 a generator: each updated by its
+#                   own optimizer after its own forward and backward pass
+#   next-phase      a fine-tuning in two phases: an optimizer of w2 alone
+#                   (the head) for iterations 0-1, then a new one of both
 # argv[2], where it overflows: forward (the input scaled past 65504 by the
 # matmul) or backward (the loss scaled so its gradient does). DEVICE=cuda:
 # on the GPU (scripts/gpu-check.sh).
@@ -36,20 +40,47 @@ elif layout == "in-backward":
     for p in per_parameter:
         p.register_post_accumulate_grad_hook(step_now)
     opts = []
-elif layout != "recreated":
+elif layout == "gan":
+    discriminator, generator = torch.optim.SGD([w2], lr=1e-3), torch.optim.SGD([w1], lr=1e-3)
+elif layout not in ("recreated", "next-phase"):
     sys.exit(f"several_optimizers: layout {layout!r}: two-optimizers, in-backward, "
-             "gradscaler or recreated")
+             "gradscaler, recreated, gan or next-phase")
+
+
+def loss_of(y, big):
+    scale = 1e6 if big and phase == "backward" else 1.0
+    return scaler.scale(y.float().sum() * scale)
+
+
 for step in range(4):
     if layout == "recreated":
         opts = [torch.optim.SGD([w1, w2], lr=1e-3)]
+    elif layout == "next-phase" and step in (0, 2):
+        opts = [torch.optim.SGD([w2] if step == 0 else [w1, w2], lr=1e-3)]
     big = step == 2
     x = torch.full((8, 16), 50000.0 if big and phase == "forward" else 1.0, device=device)
+    if layout == "gan":
+        # The discriminator's update on the generator's output, then the
+        # generator's through the discriminator.
+        with torch.autocast(device, dtype=torch.float16):
+            y = (x @ w1).detach() @ w2
+        loss_of(y, big).backward()
+        discriminator.step()
+        discriminator.zero_grad()
+        with torch.autocast(device, dtype=torch.float16):
+            y = (x @ w1) @ w2
+        loss_of(y, False).backward()
+        generator.step()
+        generator.zero_grad()
+        w2.grad = None
+        print("iteration", step, "done")
+        continue
     with torch.autocast(device, dtype=torch.float16):
         y = (x @ w1) @ w2
-    scale = 1e6 if big and phase == "backward" else 1.0
-    scaler.scale(y.float().sum() * scale).backward()
+    loss_of(y, big).backward()
     for opt in opts:
         scaler.step(opt)
         opt.zero_grad()
+    w1.grad = None  # not updated in the head's phase
     scaler.update()
     print("iteration", step, "done")
