@@ -189,12 +189,12 @@ PY
 ) | tee "$build"/own-scaler-check.txt || { failed+=("own loss scaler on CUDA"); tail -20 "$build"/own-scaler-set-to-none.log; }
 
 echo "== several optimizer steps an iteration on CUDA: one step each, the overflow in its iteration (also in sample mode)"
-for layout in two-optimizers in-backward; do
+for layout in two-optimizers in-backward gan; do
   for phase in forward backward; do
     on_cuda "$build/several-$layout-$phase" several_optimizers.py "$layout" "$phase" &
   done
 done
-for layout in two-optimizers in-backward gradscaler; do
+for layout in two-optimizers in-backward gradscaler gan; do
   NANHUNT_MODE=sample NANHUNT_SAMPLE_STEPS=0 \
     on_cuda "$build/several-sample-$layout" several_optimizers.py "$layout" forward &
 done
@@ -202,7 +202,9 @@ wait
 ("$python" - "$build" <<'PY'
 import glob, json, sqlite3, sys
 bad = 0
-for layout in ("two-optimizers", "in-backward"):
+# A GAN's generator joins its discriminator's step once its optimizer
+# steps: its results, delivered late, are renumbered on arrival.
+for layout in ("two-optimizers", "in-backward", "gan"):
     for phase in ("forward", "backward"):
         base = f"{sys.argv[1]}/several-{layout}-{phase}"
         try:
@@ -221,7 +223,7 @@ for layout in ("two-optimizers", "in-backward"):
               f"{sorted({n for _, n in ops})}: {'OK' if ok else 'WRONG'}")
 # Sample mode sees no forward pass: the optimizers the step guard names
 # keep one step an iteration (8 steps before, and the overflow at 4).
-for layout in ("two-optimizers", "in-backward", "gradscaler"):
+for layout in ("two-optimizers", "in-backward", "gradscaler", "gan"):
     try:
         r = json.load(open(f"{sys.argv[1]}/several-sample-{layout}.json"))
     except Exception as e:

@@ -55,6 +55,14 @@
 //                                     fp16, and the program reads its
 //                                     loss's verdict on the host; first:
 //                                     0 and 1, before anything trained
+//   host_gpu_ops gan                  4 iterations of a GAN: a
+//                                     discriminator's update, then a
+//                                     generator's, each begun by a GPU
+//                                     linear of its GPU parameter; the
+//                                     generator's GPU mul overflows fp16
+//                                     in iteration 1. Each update's
+//                                     optimizer is named inside its record
+//                                     as the Python step guard names it
 //   host_gpu_ops dropped [kept]       a softmax's NaN over a fully masked
 //                                     row, zeroed right after, each step,
 //                                     with results arriving after the
@@ -207,6 +215,19 @@ at::Tensor OpWriting(const char* name, const char* overload, std::vector<c10::IV
 // (data loading).
 at::Tensor GpuFull(at::IntArrayRef sizes, double value, c10::DeviceIndex device = 0) {
   return OnGpu(Unseen([&] { return torch::full(sizes, value, torch::kHalf); }), device);
+}
+
+// A parameter on the GPU: `value` everywhere, requiring grad.
+at::Tensor GpuParameter(at::IntArrayRef sizes, double value) {
+  at::Tensor p = GpuFull(sizes, value);
+  p.set_requires_grad(true);
+  return p;
+}
+
+// A linear layer without bias on the GPU: a forward pass's first op.
+at::Tensor GpuLinear(const at::Tensor& input, const at::Tensor& weight) {
+  return GpuOp("aten::linear", "", {input, weight, c10::IValue()},
+               [&] { return at::linear(HostOf(input), HostOf(weight)); });
 }
 
 // Real CPU training around the GPU ops, so that there are steps: at step
@@ -475,8 +496,7 @@ int OwnLossScaler(bool accumulate, bool captured) {
   const torch::Tensor x = torch::randn({16, 8});
   const torch::Tensor y = torch::randn({16, 1});
   const at::Tensor input = GpuFull({4, 4}, 0.5);
-  at::Tensor w = GpuFull({4, 4}, 1.0);
-  w.set_requires_grad(true);  // a parameter on the GPU
+  const at::Tensor w = GpuParameter({4, 4}, 1.0);
   int skipped = 0;
   bool inf_in_update = false;  // in any micro-batch of this update
   for (int i = 0; i < 8; ++i) {
@@ -485,9 +505,7 @@ int OwnLossScaler(bool accumulate, bool captured) {
     // on, a composite op (its nested ops unseen here), then a GPU op of
     // the same step on its result.
     if (captured && i > 0) t_stream[0] = kHostGpuCapturingStreamId;
-    const at::Tensor h = GpuOp("aten::linear", "", {input, w, c10::IValue()}, [&] {
-      return at::linear(HostOf(input), HostOf(w));
-    });
+    const at::Tensor h = GpuLinear(input, w);
     t_stream[0] = 0;
     GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
     torch::Tensor out = model->forward(x);
@@ -527,17 +545,13 @@ int GivenUp(bool first) {
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
   const torch::Tensor x = torch::randn({16, 8});
   const torch::Tensor y = torch::randn({16, 1});
-  at::Tensor w = GpuFull({4, 4}, 1.0);
-  w.set_requires_grad(true);  // parameters on the GPU
-  at::Tensor b = GpuFull({4, 4}, 0.0);
-  b.set_requires_grad(true);
+  const at::Tensor w = GpuParameter({4, 4}, 1.0);
+  const at::Tensor b = GpuParameter({4, 4}, 0.0);
   int given_up = 0;
   for (int i = 0; i < 8; ++i) {
     const bool overflow = first ? i < 2 : i == 3 || i == 4;
     const at::Tensor input = GpuFull({4, 4}, overflow ? 300.0 : 0.5);
-    const at::Tensor h = GpuOp("aten::linear", "", {input, w, c10::IValue()}, [&] {
-      return at::linear(HostOf(input), HostOf(w));
-    });
+    const at::Tensor h = GpuLinear(input, w);
     const at::Tensor squared =
         GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
     // A second parameter read: before anything trains, a pass is told by a
@@ -555,6 +569,47 @@ int GivenUp(bool first) {
     optimizer.step();
   }
   std::printf("gave up %d iterations\n", given_up);
+  return 0;
+}
+
+// Names optimizer `identity` to nanhunt as step_guard.py's pre-hook does,
+// inside its record. Unmonitored: nothing to name it to.
+void NameOptimizer(uint64_t identity) {
+  using Name = void (*)(uint64_t, int);
+  static const Name name = [] {
+    void* plugin = dlopen("libnanhunt_torch.so", RTLD_NOW | RTLD_NOLOAD);
+    return plugin != nullptr
+               ? reinterpret_cast<Name>(dlsym(plugin, "nanhunt_optimizer_stepping"))
+               : nullptr;
+  }();
+  if (name != nullptr) name(identity, 0);
+}
+
+int Gan() {
+  torch::manual_seed(0);
+  torch::nn::Linear discriminator(8, 1), generator(8, 1);
+  torch::optim::SGD d_optimizer(discriminator->parameters(), torch::optim::SGDOptions(0.01));
+  torch::optim::SGD g_optimizer(generator->parameters(), torch::optim::SGDOptions(0.01));
+  const torch::Tensor x = torch::randn({16, 8});
+  const torch::Tensor y = torch::randn({16, 1});
+  const at::Tensor d_weight = GpuParameter({4, 4}, 1.0);
+  const at::Tensor g_weight = GpuParameter({4, 4}, 1.0);
+  const auto update = [&](torch::nn::Linear& model, torch::optim::SGD& optimizer,
+                          const at::Tensor& weight, uint64_t identity, bool overflow) {
+    const at::Tensor input = GpuFull({4, 4}, overflow ? 300.0 : 0.5);
+    const at::Tensor h = GpuLinear(input, weight);  // begins the update's forward pass
+    GpuOp("aten::mul", "Tensor", {h, h}, [&] { return at::mul(HostOf(h), HostOf(h)); });
+    optimizer.zero_grad();
+    torch::mse_loss(model->forward(x), y).backward();
+    RECORD_USER_SCOPE("Optimizer.step#SGD.step");
+    NameOptimizer(identity);
+    optimizer.step();
+  };
+  for (int i = 0; i < 4; ++i) {
+    update(discriminator, d_optimizer, d_weight, 1, false);
+    update(generator, g_optimizer, g_weight, 2, i == 1);
+  }
+  std::printf("trained 4 iterations\n");
   return 0;
 }
 
@@ -664,6 +719,7 @@ int main(int argc, char** argv) {
     return OwnLossScaler(how == "accumulate", how == "captured");
   }
   if (what == "given-up") return GivenUp(argc > 2 && std::string(argv[2]) == "first");
+  if (what == "gan") return Gan();
   if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
   std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | loop N\n");

@@ -263,6 +263,26 @@ def test_an_iteration_given_up_on_a_gpu_is_a_step_of_its_own(out, batch, iterati
                                                             given_up[0]), first
 
 
+@pytest.mark.parametrize("batch", ["1", "32"])
+def test_a_gans_generator_joins_its_discriminators_step_with_results_late(out, batch):
+    # Each GAN update's forward pass begins a step; the generator's joins
+    # the discriminator's when its optimizer is named. Every result held
+    # back (HOST_GPU_LAG): the generator's, enqueued under the step its
+    # forward pass began, arrive after that renumbering and must land in
+    # the step it joined, its overflow in iteration 1 at step 1.
+    r, report = run_held_back(["gan"], out, batch)
+    assert "trained 4 iterations" in r.stdout, r.stdout
+    assert report["steps"] == 4, report["steps"]
+    assert report["nonfinite_steps"] == [1], report["nonfinite_steps"]
+    first = report["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::mul", "forward", 1), first
+    (trace,) = sorted(out.glob("*.sqlite"))
+    muls = sqlite3.connect(trace).execute(
+        "SELECT step, SUM(calls), SUM(posinf) FROM op_stats WHERE op = 'aten::mul' "
+        "GROUP BY step ORDER BY step").fetchall()
+    assert muls == [(0, 2, 0), (1, 2, 16), (2, 2, 0), (3, 2, 0)], muls
+
+
 def test_no_wait_for_results_on_a_stream_that_captures_a_graph(out, tmp_path):
     # An iteration's first op on a capturing stream: waiting for the GPU
     # there would end the capture, so its results are not waited for (the
