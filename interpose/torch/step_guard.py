@@ -156,7 +156,7 @@ def _replaces_another(optimizer, identity):
     try:
         if _claimed.get(optimizer) == count:
             return False  # its parameters are its own since its first step
-        others_alive = any(other is not optimizer for other in list(_claimed.keys()))
+        others_alive = len(_claimed) > (optimizer in _claimed)
         _claimed[optimizer] = count
     except TypeError:
         others_alive = True  # not weakly referable: asked at every step
