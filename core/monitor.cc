@@ -907,6 +907,21 @@ void Monitor::OnOptimizerStepEnd(bool nonfinite_held) {
   StepStateChangedLocked();
 }
 
+void Monitor::OnOptimizerSkipped() {
+  if (config_.mode == Mode::kSample) {
+    OnOptimizerStepEnd();
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  // Another optimizer of the iteration (a GAN's generator, skipped while
+  // its discriminator stepped) keeps the step; the next forward pass
+  // begins the next, and the skipped gradients are not an iteration the
+  // program left without an update.
+  update_ended_at_ = clock_();
+  steps_.OnOptimizerStepEnd();
+  StepStateChangedLocked();
+}
+
 void Monitor::WriteDroppedLocked(int64_t step) {
   if (step <= last_dropped_step_) return;
   last_dropped_step_ = step;

@@ -284,6 +284,11 @@ class Monitor {
   // they are in (JudgeWaitingDrops): later than on the CPU, so a tensor
   // freed in between counts as dropped.
   void OnOptimizerStepEnd(bool nonfinite_held = true);
+  // GradScaler skipped an optimizer's step (its gradients were not finite;
+  // the step guard saw no record): its update is over as a record's end
+  // would say, with no verdict on the step's inf/NaN, which the skip kept
+  // out of the weights. In sample mode, OnOptimizerStepEnd.
+  void OnOptimizerSkipped();
   // Whether a step's verdict no longer waits for any GPU result: the
   // caller then calls JudgeWaitingDrops, after it has told the registry
   // what the last result found. One load, no lock.

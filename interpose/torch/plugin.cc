@@ -1066,10 +1066,13 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_optimizer_steppin
   }
 }
 
-// Called by step_guard.py in sample mode when GradScaler skipped the step
-// of optimizer `optimizer` (its gradients were not finite): that iteration
-// has no optimizer record to end it, and when torch samples op calls its
-// scale update may not be seen either.
+// Called by step_guard.py when GradScaler skipped the step of optimizer
+// `optimizer` (its gradients were not finite): that update has no record
+// to end it. With every op checked, the scale update ends an iteration
+// whose only optimizer was skipped, but not one whose other optimizer
+// stepped (a GAN's discriminator), whose skipped generator's gradients then
+// looked like an iteration the program left without an update; in sample
+// mode, while torch samples op calls, the scale update may not be seen.
 extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_step(
     uint64_t optimizer, int replaces_another) {
   using namespace nanhunt;
@@ -1078,7 +1081,7 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_st
     if (session == nullptr || !MonitoringActive()) return;
     EscalateSampling(*session, kScalerSkipped);
     session->monitor().OnOptimizerIdentified(optimizer, replaces_another != 0);
-    session->monitor().OnOptimizerStepEnd();
+    session->monitor().OnOptimizerSkipped();
     UpdateObservation(*session);
   } catch (...) {
     ReportInternalError("scaler skip", "unknown exception");

@@ -1,11 +1,11 @@
 """NANHUNT_SKIP_NONFINITE_STEPS: an optimizer step whose gradients are not
 all finite does not update anything, the way GradScaler skips a step.
 NANHUNT_MODE=sample: the same gradient check is the sentinel that tells
-nanhunt to check every op for a while, and an iteration whose optimizer
-step GradScaler skipped, which has no optimizer record to end it, is
-reported. In every mode each optimizer that steps is named, so that several
-stepped in one iteration (a GAN's discriminator and generator; in sample
-mode any two) are one step.
+nanhunt to check every op for a while. In every mode each optimizer that
+steps is named, so that several stepped in one iteration (a GAN's
+discriminator and generator; in sample mode any two) are one step, and an
+optimizer step GradScaler skipped, which has no optimizer record to end
+it, is reported with its optimizer's name.
 
 Loaded by libnanhunt_torch.so into the monitored process at its first
 optimizer step. torch.optim's optimizers skip every parameter whose .grad is
@@ -266,7 +266,10 @@ def _watch_grad_scaler():
     def step(self, optimizer, *args, **kwargs):
         before = _optimizer_steps
         result = original(self, optimizer, *args, **kwargs)
-        if _optimizer_steps == before and self.is_enabled():
+        # Only an optimizer whose step runs torch.optim's hooks would have
+        # counted its step (torch marks the patched step "hooked").
+        if (_optimizer_steps == before and self.is_enabled()
+                and getattr(type(optimizer).step, "hooked", False)):
             _lib.nanhunt_scaler_skipped_step(*_naming(optimizer))
         return result
 
@@ -325,5 +328,4 @@ def install(library_path, sentinel, skip="0"):
     _skip_at_install = skip == "1"
     register_optimizer_step_pre_hook(_before_step)
     register_optimizer_step_post_hook(_after_step)
-    if _sentinel:
-        _watch_grad_scaler()
+    _watch_grad_scaler()

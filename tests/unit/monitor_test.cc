@@ -836,6 +836,51 @@ TEST_F(TracedMonitorTest, AnUpdateTheProgramSkippedIsAStepOfItsOwn) {
   EXPECT_EQ(t->steps[2].nonfinite_ops, 0);
 }
 
+// A GAN through one GradScaler: the generator's gradients overflow in
+// iteration 1, and GradScaler skips its step alone (no record; the step
+// guard reports it). Its update ends there, in the step its discriminator's
+// update began: the next batch begins step 2, and the freed gradients were
+// not an update the program skipped.
+TEST_F(TracedMonitorTest, AGansGeneratorGradScalerSkippedEndsItsUpdateInItsIteration) {
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  // One update: its forward pass (which begins a step), its backward pass,
+  // and optimizer `optimizer`'s record, or GradScaler's skip of it.
+  const auto update = [&](uint64_t optimizer, bool overflow) {
+    IterationOp(*monitor_, ctx, Phase::kForward, Fp16(0, 0x4000));
+    IterationOp(*monitor_, ctx, Phase::kBackward,
+                overflow ? Fp16(/*posinf=*/3) : Fp16(0, 0x4000));
+    if (overflow) {
+      monitor_->OnOptimizerIdentified(optimizer, false);
+      monitor_->OnOptimizerSkipped();
+      return;
+    }
+    monitor_->OnOptimizerStepBegin();
+    monitor_->OnOptimizerIdentified(optimizer, false);
+    monitor_->OnOptimizerStepEnd();
+  };
+  constexpr uint64_t kDiscriminator = 1, kGenerator = 2;
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    update(kDiscriminator, false);
+    EXPECT_EQ(monitor_->step(), iteration);
+    update(kGenerator, iteration == 1);
+    EXPECT_EQ(monitor_->step(), iteration) << "the generator's step joins the discriminator's";
+  }
+  monitor_->FlushStep();
+  EXPECT_EQ(monitor_->program_skips(), 0);
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->program_skipped_steps.empty());
+  EXPECT_TRUE(t->dropped_steps.empty());
+  int64_t nonfinite_in_step_1 = 0, last = -1;
+  for (const auto& row : t->steps) {
+    if (row.step == 1) nonfinite_in_step_1 += row.nonfinite_ops;
+    last = std::max(last, row.step);
+  }
+  EXPECT_EQ(last, 2);
+  EXPECT_EQ(nonfinite_in_step_1, 1);
+}
+
 // An iteration the program gave up on a non-finite loss: the next batch's
 // first op on the step's first parameter begins a step at its start, the
 // trace has an events row for the step given up once the next iteration is

@@ -12,7 +12,10 @@
 #                   1): iteration 2's inf makes it skip both
 #   recreated       one optimizer, made anew each iteration (one step each)
 #   gan             w2 a discriminator, w1 a generator: each updated by its
-#                   own optimizer after its own forward and backward pass
+#                   own optimizer after its own forward and backward pass;
+#                   the loss scaled in backward is the generator's
+#   gan-gradscaler  gan through a GradScaler: iteration 2's inf makes it
+#                   skip the generator alone in backward, both in forward
 #   next-phase      a fine-tuning in two phases: an optimizer of w2 alone
 #                   (the head) for iterations 0-1, then a new one of both
 # argv[2], where it overflows: forward (the input scaled past 65504 by the
@@ -27,7 +30,8 @@ layout, phase = sys.argv[1], sys.argv[2]
 device = os.environ.get("DEVICE", "cpu")
 w1 = torch.nn.Parameter(torch.full((16, 16), 0.1, device=device))
 w2 = torch.nn.Parameter(torch.full((16, 16), 0.1, device=device))
-scaler = torch.amp.GradScaler(device, init_scale=1.0, enabled=layout == "gradscaler")
+scaler = torch.amp.GradScaler(device, init_scale=1.0,
+                              enabled=layout in ("gradscaler", "gan-gradscaler"))
 if layout in ("two-optimizers", "gradscaler"):
     opts = [torch.optim.SGD([w1], lr=1e-3), torch.optim.Adam([w2], lr=1e-3)]
 elif layout == "in-backward":
@@ -40,11 +44,11 @@ elif layout == "in-backward":
     for p in per_parameter:
         p.register_post_accumulate_grad_hook(step_now)
     opts = []
-elif layout == "gan":
+elif layout in ("gan", "gan-gradscaler"):
     discriminator, generator = torch.optim.SGD([w2], lr=1e-3), torch.optim.SGD([w1], lr=1e-3)
 elif layout not in ("recreated", "next-phase"):
     sys.exit(f"several_optimizers: layout {layout!r}: two-optimizers, in-backward, "
-             "gradscaler, recreated, gan or next-phase")
+             "gradscaler, recreated, gan, gan-gradscaler or next-phase")
 
 
 def loss_of(y, big):
@@ -59,20 +63,21 @@ for step in range(4):
         opts = [torch.optim.SGD([w2] if step == 0 else [w1, w2], lr=1e-3)]
     big = step == 2
     x = torch.full((8, 16), 50000.0 if big and phase == "forward" else 1.0, device=device)
-    if layout == "gan":
+    if layout in ("gan", "gan-gradscaler"):
         # The discriminator's update on the generator's output, then the
         # generator's through the discriminator.
         with torch.autocast(device, dtype=torch.float16):
             y = (x @ w1).detach() @ w2
-        loss_of(y, big).backward()
-        discriminator.step()
+        loss_of(y, False).backward()
+        scaler.step(discriminator)
         discriminator.zero_grad()
         with torch.autocast(device, dtype=torch.float16):
             y = (x @ w1) @ w2
-        loss_of(y, False).backward()
-        generator.step()
+        loss_of(y, big).backward()
+        scaler.step(generator)
         generator.zero_grad()
         w2.grad = None
+        scaler.update()
         print("iteration", step, "done")
         continue
     with torch.autocast(device, dtype=torch.float16):
