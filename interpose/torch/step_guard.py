@@ -266,11 +266,14 @@ def _watch_grad_scaler():
     def step(self, optimizer, *args, **kwargs):
         before = _optimizer_steps
         result = original(self, optimizer, *args, **kwargs)
-        # Only an optimizer whose step runs torch.optim's hooks would have
-        # counted its step (torch marks the patched step "hooked").
-        if (_optimizer_steps == before and self.is_enabled()
-                and getattr(type(optimizer).step, "hooked", False)):
-            _lib.nanhunt_scaler_skipped_step(*_naming(optimizer))
+        try:
+            # Only an optimizer whose step runs torch.optim's hooks would
+            # have counted its step (torch marks the patched step "hooked").
+            if (_optimizer_steps == before and self.is_enabled()
+                    and getattr(type(optimizer).step, "hooked", False)):
+                _lib.nanhunt_scaler_skipped_step(*_naming(optimizer))
+        except Exception:
+            pass  # never the training's problem
         return result
 
     scaler.step = step

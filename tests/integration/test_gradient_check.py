@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 GUARD = Path(__file__).resolve().parents[2] / "interpose" / "torch" / "step_guard.py"
 _spec = importlib.util.spec_from_file_location("nanhunt_step_guard", GUARD)
@@ -73,6 +74,9 @@ class _FakeLibrary:
     def nanhunt_optimizer_stepping(self, identity, replaces_another):
         self.calls.append(("stepping", identity, replaces_another))
 
+    def nanhunt_scaler_skipped_step(self, identity, replaces_another):
+        self.calls.append(("scaler skipped", identity, replaces_another))
+
     def nanhunt_step_skipped(self):
         self.calls.append(("skipped",))
         if self.fail_on_skip:
@@ -87,6 +91,45 @@ def fresh_guard(monkeypatch):
     monkeypatch.setattr(guard, "_owners", {})
     monkeypatch.setattr(guard, "_claimed", weakref.WeakKeyDictionary())
     return guard
+
+
+def test_gradscaler_skips_are_reported_for_optimizers_that_run_torchs_hooks(
+        fresh_guard, monkeypatch):
+    # GradScaler.step skips an optimizer by not calling its step(): the
+    # wrapper tells that from no pre-hook having run. An optimizer class of
+    # the program's own runs none when it steps: not a skip.
+    lib = _FakeLibrary(skip=False)
+    monkeypatch.setattr(fresh_guard, "_lib", lib)
+    monkeypatch.setattr(fresh_guard, "_sentinel", False)
+    monkeypatch.setattr(torch.amp.GradScaler, "step", torch.amp.GradScaler.step)  # restored
+    fresh_guard._watch_grad_scaler()
+    hook = register_optimizer_step_pre_hook(fresh_guard._before_step)
+
+    class OwnOptimizer:  # no torch.optim.Optimizer: no hooks
+        def __init__(self, params):
+            self.param_groups = [{"params": params}]
+            self.state = {}
+            self.steps = 0
+
+        def step(self):
+            self.steps += 1
+
+    try:
+        for gradient, make in [(1.0, lambda p: torch.optim.SGD([p])),
+                               (float("inf"), lambda p: torch.optim.SGD([p])),
+                               (1.0, lambda p: OwnOptimizer([p]))]:
+            p = torch.nn.Parameter(torch.ones(2))
+            p.grad = torch.full((2,), gradient)
+            opt = make(p)
+            scaler = torch.amp.GradScaler("cpu")
+            scaler.scale(torch.ones(()))  # sets its scale up, as a loss's would
+            scaler.step(opt)
+            if isinstance(opt, OwnOptimizer):
+                assert opt.steps == 1
+    finally:
+        hook.remove()
+    skips = [c for c in lib.calls if c[0] == "scaler skipped"]
+    assert len(skips) == 1, lib.calls  # the SGD step on inf gradients
 
 
 @pytest.mark.parametrize("first_kept", [True, False])
