@@ -269,9 +269,9 @@ class Monitor {
 
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();
-  // Optimizer `optimizer` steps (or, in sample mode, GradScaler skipped
-  // it): another optimizer of the iteration keeps the step the last one's
-  // update ended (StepTracker::OnOptimizerIdentified, which says what
+  // Optimizer `optimizer` steps (or GradScaler skipped it): another
+  // optimizer of the iteration keeps the step the last one's update ended
+  // (StepTracker::OnOptimizerIdentified, which says what
   // `replaces_another` means).
   void OnOptimizerIdentified(uint64_t optimizer, bool replaces_another);
   // `nonfinite_held`: whether a storage that holds inf/NaN made in the run

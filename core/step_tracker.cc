@@ -349,7 +349,7 @@ bool StepTracker::OnOptimizerIdentified(uint64_t optimizer, bool replaces_anothe
     // new optimizer for a fine-tuning's next phase, the next model of a
     // sweep) begins a step of its own, as the same one would.
     const bool right_after = began_after_update_ == step_ && optimizers_step_ == step_ - 1;
-    if (right_after && !optimizers_in_step_.empty() && !stepped() && !replaces_another) {
+    if (right_after && !stepped() && !replaces_another) {
       UndoSteps(1);
       undone = true;
     } else {

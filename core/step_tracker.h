@@ -104,8 +104,7 @@ class StepTracker {
   // the same iteration (OnOptimizerIdentified).
   void OnOptimizerStepEnd(bool begin_next_now = false);
   // Optimizer `optimizer` steps (an identity: that of the first parameter
-  // it updates), inside its record, or GradScaler skipped its step (sample
-  // mode). When the step began right after the last step's update (at the
+  // it updates), inside its record, or GradScaler skipped its step. When the step began right after the last step's update (at the
   // next forward pass; in sample mode, which cannot see one, at the
   // record's end: OnOptimizerStepEnd with `begin_next_now`), and this
   // optimizer did not step in that step, it is another optimizer of the

@@ -190,14 +190,15 @@ def _naming(optimizer):
 def _before_step(optimizer, args, kwargs):
     global _optimizer_steps, _broken
     _optimizer_steps += 1
-    if _compiling() and not (_sentinel or _skip_at_install):
+    compiling = _compiling()
+    if compiling and not (_sentinel or _skip_at_install):
         # torch.compile traces the step: any call into nanhunt would break
         # its graph (fullgraph=True would fail), for nothing but the name.
         # The compiled step goes unnamed. Skipping and the sentinel still
         # break it, as their checks must run.
         return None
     # Which optimizer steps: several in one iteration are one step.
-    if not _compiling():
+    if not compiling:
         try:
             _lib.nanhunt_optimizer_stepping(*_naming(optimizer))
         except Exception:
@@ -324,7 +325,7 @@ def watch_loss_scale(library_path):
     scaler.scale = scale
 
 
-def install(library_path, sentinel, skip="0"):
+def install(library_path, sentinel, skip):
     global _sentinel, _skip_at_install
     _library(library_path)
     _sentinel = sentinel == "1"

@@ -572,16 +572,19 @@ int GivenUp(bool first) {
   return 0;
 }
 
+// Function `symbol` of `library` when the process has loaded it (under
+// the preload), else null: the program links neither.
+template <typename Function>
+Function LoadedSymbol(const char* library, const char* symbol) {
+  void* handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
+  return handle != nullptr ? reinterpret_cast<Function>(dlsym(handle, symbol)) : nullptr;
+}
+
 // Names optimizer `identity` to nanhunt as step_guard.py's pre-hook does,
 // inside its record. Unmonitored: nothing to name it to.
 void NameOptimizer(uint64_t identity) {
   using Name = void (*)(uint64_t, int);
-  static const Name name = [] {
-    void* plugin = dlopen("libnanhunt_torch.so", RTLD_NOW | RTLD_NOLOAD);
-    return plugin != nullptr
-               ? reinterpret_cast<Name>(dlsym(plugin, "nanhunt_optimizer_stepping"))
-               : nullptr;
-  }();
+  static const Name name = LoadedSymbol<Name>("libnanhunt_torch.so", "nanhunt_optimizer_stepping");
   if (name != nullptr) name(identity, 0);
 }
 
@@ -620,11 +623,7 @@ std::vector<at::Tensor> g_logged;  // Dropped(kept): the softmaxes, kept
 // same results by the same point. Unmonitored: nothing to wait for.
 void SettleResults() {
   using Settle = void (*)();
-  static const Settle settle = [] {
-    void* stand_in = dlopen("libhost_gpu_library.so", RTLD_NOW | RTLD_NOLOAD);
-    return stand_in != nullptr ? reinterpret_cast<Settle>(dlsym(stand_in, "host_gpu_settle"))
-                               : nullptr;
-  }();
+  static const Settle settle = LoadedSymbol<Settle>("libhost_gpu_library.so", "host_gpu_settle");
   if (settle != nullptr) settle();
 }
 

@@ -86,6 +86,7 @@ for step in range(4):
     for opt in opts:
         scaler.step(opt)
         opt.zero_grad()
-    w1.grad = None  # not updated in the head's phase
+    if layout == "next-phase":
+        w1.grad = None  # not updated in the head's phase
     scaler.update()
     print("iteration", step, "done")
