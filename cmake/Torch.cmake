@@ -17,6 +17,25 @@ list(GET _nh_torch_out 1 NANHUNT_TORCH_CXX11_ABI)
 list(GET _nh_torch_out 2 NANHUNT_TORCH_VERSION)
 message(STATUS "nanhunt: torch ${NANHUNT_TORCH_VERSION} at ${NANHUNT_TORCH_DIR}")
 
+# The plugin shares std::string with nanhunt's core and with Debian's
+# abseil, both built with the C++11 ABI: a torch built with the old one
+# (every torch wheel on PyPI before 2.7) would link to nothing, or worse.
+if(NOT NANHUNT_TORCH_CXX11_ABI)
+  message(FATAL_ERROR
+    "nanhunt: torch ${NANHUNT_TORCH_VERSION} (${NANHUNT_PYTHON}) was built with the "
+    "pre-C++11 string ABI (torch._C._GLIBCXX_USE_CXX11_ABI is False), which the "
+    "plugin cannot share strings with: nanhunt's libraries (abseil from Debian) use "
+    "the C++11 ABI. Use a torch built with the C++11 ABI: PyPI's torch 2.7 or newer "
+    "(pip install 'torch>=2.7'), or a torch built from source, which uses it by "
+    "default; or pass -DNANHUNT_WITH_TORCH=OFF to build nanhunt without its plugin.")
+endif()
+# What the sources are checked against (see the README, "Torch versions").
+if(NANHUNT_TORCH_VERSION VERSION_LESS 2.4)
+  message(WARNING
+    "nanhunt: torch ${NANHUNT_TORCH_VERSION} is older than 2.4, the oldest torch "
+    "nanhunt's sources are compiled against; the build may fail.")
+endif()
+
 add_library(nanhunt_torch_deps INTERFACE)
 target_include_directories(nanhunt_torch_deps SYSTEM INTERFACE
   ${NANHUNT_TORCH_DIR}/include

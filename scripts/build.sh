@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${NANHUNT_PYTHON:-$PWD/.venv/bin/python}
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNANHUNT_PYTHON="$python" >/dev/null
+# compile_commands.json: scripts/torch_headers_check.py compiles with its commands.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNANHUNT_PYTHON="$python" \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 cmake --build build -j"$(nproc)"

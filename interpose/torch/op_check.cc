@@ -278,7 +278,7 @@ bool Fp32Listed(const at::RecordFunction& fn) {
   if (s == nullptr) return false;
   absl::MutexLock lock(&s->live().mu);
   return !s->live().fp32_ops.empty() &&
-         MatchesOpPattern(fn.name(), fn.overload_name(), s->live().fp32_ops);
+         MatchesOpPattern(fn.name(), torch_compat::OverloadName(fn), s->live().fp32_ops);
 }
 
 // Per thread, so no lock on the hot path. Keyed by the name and overload
@@ -315,7 +315,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
           ? Session::Get()->live().generation.load(std::memory_order_relaxed)
           : 0;
   const char* name = fn.name();
-  const char* overload = fn.overload_name();
+  const char* overload = torch_compat::OverloadName(fn);
   TraitsCache::Recent& recent = cache.recent[TraitsCache::Slot(name)];
   OpTraits* found = nullptr;
   if (recent.name == name && recent.overload == overload) {

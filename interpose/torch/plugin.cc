@@ -595,7 +595,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.id = frame.id;
   call.parent_id = parent != nullptr ? parent->id : 0;
   call.name = frame.name;
-  call.overload = fn.overload_name();
+  call.overload = torch_compat::OverloadName(fn);
   call.top_op = top_op ? top_op : "";
   call.forward_op = forward_op ? forward_op : "";
   call.grad_enabled = top != nullptr ? top->grad_at_start : c10::GradMode::is_enabled();
@@ -714,7 +714,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
 // tensor that is not the parent's input (a mean's self is cast inside the
 // sum that follows, not first).
 bool CastsResultBuffer(const Frame& parent, const OpTraits& traits,
-                       c10::ArrayRef<c10::IValue> inputs) {
+                       c10::ArrayRef<const c10::IValue> inputs) {
   if (!traits.casts || parent.traits == nullptr ||
       !parent.traits->casts_result_buffer_first || inputs.empty() || !inputs[0].isTensor() ||
       parent.inputs.empty() || !parent.inputs[0].isTensor()) {

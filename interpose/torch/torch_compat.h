@@ -10,10 +10,21 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <dlfcn.h>
+
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_set.h"
+#include "absl/synchronization/mutex.h"
 #include "core/check_semantics.h"
+
+// Whether the torch being built against is MAJOR.MINOR or newer.
+#define NANHUNT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||          \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace nanhunt::torch_compat {
 
@@ -25,7 +36,7 @@ inline std::optional<Format> FormatOf(at::ScalarType t) {
     case at::kBFloat16: return Format::kBF16;
     case at::kFloat: return Format::kF32;
     case at::kDouble: return Format::kF64;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#if NANHUNT_TORCH_AT_LEAST(2, 1)
     case at::ScalarType::Float8_e4m3fn: return Format::kF8E4M3FN;
     case at::ScalarType::Float8_e5m2: return Format::kF8E5M2;
 #endif
@@ -49,21 +60,75 @@ inline bool InBackward() {
 
 inline const char* TorchVersion() { return TORCH_VERSION; }
 
-// The cudaStream_t that the current stream of `device` wraps, without
-// linking torch's CUDA library, into `handle`; false (with `why`) where this
-// torch cannot say. A null handle is a real stream: torch's default stream
-// is CUDA's legacy default stream, whose cudaStream_t is 0
-// (c10/cuda/CUDAStream.cpp, CUDAStream::stream()).
+// The op's overload ("Tensor", "out"; "" for none and for scopes named by
+// a string). Its address is stable for as long as the op is registered: the
+// traits cache keys on it.
+inline const char* OverloadName(const at::RecordFunction& fn) {
+#if NANHUNT_TORCH_AT_LEAST(2, 7)
+  return fn.overload_name();
+#else
+  // RecordFunction::overload_name() came in torch 2.7. Before it the
+  // overload is in operator_name(), a copy of two strings; name() is the
+  // schema's own string, one per overload, so its address keys the
+  // overload, interned once. A scope named by a string has no operator
+  // name (and its name's address is not its own for long): not cached.
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* interned ABSL_GUARDED_BY(mu) = new absl::node_hash_set<std::string>();
+  thread_local absl::flat_hash_map<const char*, const char*> by_name;
+  const char* name = fn.name();
+  if (auto it = by_name.find(name); it != by_name.end()) return it->second;
+  std::optional<c10::OperatorName> op = fn.operator_name();
+  if (!op.has_value()) return "";
+  const char* overload;
+  {
+    absl::MutexLock lock(&mu);
+    overload = interned->insert(op->overload_name).first->c_str();
+  }
+  by_name.emplace(name, overload);
+  return overload;
+#endif
+}
+
+// The cudaStream_t that the current stream of `device` (a CUDA device)
+// wraps, without linking torch's CUDA library, into `handle`; false (with
+// `why`) where this torch cannot say. A null handle is a real stream:
+// torch's default stream is CUDA's legacy default stream, whose
+// cudaStream_t is 0 (c10/cuda/CUDAStream.cpp, CUDAStream::stream()).
 inline bool CurrentStreamHandle(c10::Device device, void** handle,
                                 std::string* why) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
   const c10::impl::DeviceGuardImplInterface* impl =
       c10::impl::getDeviceGuardImpl(device.type());
+#if NANHUNT_TORCH_AT_LEAST(2, 11)
   *handle = impl->getStreamNativeHandle(impl->getStream(device));
   return true;
 #else
-  *why = "the GPU path needs torch 2.6 or newer (stream handles)";
-  return false;
+  // getStreamNativeHandle came in torch 2.11. Before it, libc10_cuda's
+  // CUDAStream::stream() says the same of a CUDAStream, whose one member
+  // (c10/cuda/CUDAStream.h, torch 2.0 to 2.10) is the c10::Stream that
+  // the device guard returns: called with that Stream as `this`, looked up
+  // by its (Itanium) name, so that the plugin links no CUDA library and
+  // loads none. In the process's global scope first (where a program may
+  // stand in for it, as tests/cpp/host_gpu_ops.cc does), then in the
+  // libc10_cuda already loaded (Python loads torch's libraries locally).
+  using NativeOfStream = void* (*)(const c10::Stream* cuda_stream);
+  static const NativeOfStream native_of_stream = []() -> NativeOfStream {
+    constexpr const char* kStream = "_ZNK3c104cuda10CUDAStream6streamEv";
+    if (void* f = dlsym(RTLD_DEFAULT, kStream)) return reinterpret_cast<NativeOfStream>(f);
+    void* lib = dlopen("libc10_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+    return lib == nullptr ? nullptr : reinterpret_cast<NativeOfStream>(dlsym(lib, kStream));
+  }();
+  if (device.type() != c10::DeviceType::CUDA || native_of_stream == nullptr) {
+    *why = "no c10::cuda::CUDAStream::stream() in the process (libc10_cuda.so)";
+    return false;
+  }
+  try {
+    const c10::Stream stream = impl->getStream(device);
+    *handle = native_of_stream(&stream);
+    return true;
+  } catch (const std::exception& e) {
+    *why = std::string("c10::cuda::CUDAStream::stream(): ") + e.what();
+    return false;
+  }
 #endif
 }
 

@@ -81,6 +81,7 @@
 #include <string>
 #include <vector>
 
+#include "interpose/torch/torch_compat.h"
 #include "tests/cpp/host_gpu.h"
 
 namespace {
@@ -91,6 +92,11 @@ thread_local c10::DeviceIndex t_device = 0;
 thread_local c10::StreamId t_stream[kDevices] = {0, 0};  // each device's current stream
 
 c10::Device Cuda(c10::DeviceIndex index) { return c10::Device(c10::DeviceType::CUDA, index); }
+
+// The cudaStream_t of a stand-in stream: its id.
+void* StandInHandle(const c10::Stream& s) {
+  return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
+}
 
 // CUDA as far as the plugin asks (devices and streams), with no driver.
 class HostGpuGuard final : public c10::impl::DeviceGuardImplInterface {
@@ -104,18 +110,22 @@ class HostGpuGuard final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return Cuda(t_device); }
   void setDevice(c10::Device d) const override { t_device = d.index(); }
   void uncheckedSetDevice(c10::Device d) const noexcept override { t_device = d.index(); }
-  c10::Stream getStream(c10::Device device) const override {
+  // noexcept: torch 2.6 and older declare them so (a stricter override
+  // is right for every version).
+  c10::Stream getStream(c10::Device device) const noexcept override {
     return c10::Stream(c10::Stream::UNSAFE, device, t_stream[device.index()]);
   }
-  c10::Stream exchangeStream(c10::Stream s) const override {
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
     const c10::Stream old = getStream(s.device());
     t_stream[s.device_index()] = s.id();
     return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override { return kDevices; }
+#if NANHUNT_TORCH_AT_LEAST(2, 11)
   void* getStreamNativeHandle(const c10::Stream s) const override {
-    return reinterpret_cast<void*>(static_cast<intptr_t>(s.id()));
+    return StandInHandle(s);
   }
+#endif
 };
 
 // A CUDA tensor on `device` over `host`'s memory, which it keeps alive.
@@ -694,6 +704,16 @@ int Loop(long n) {
 }
 
 }  // namespace
+
+#if !NANHUNT_TORCH_AT_LEAST(2, 11)
+// Before torch 2.11 the plugin asks libc10_cuda's CUDAStream::stream() for
+// a stream's handle (interpose/torch/torch_compat.h), looked up in the
+// whole process first: this definition, exported by the program
+// (ENABLE_EXPORTS), stands in for it as HostGpuGuard does for CUDA's guard.
+extern "C" __attribute__((visibility("default"))) void* HostGpuCudaStreamHandle(
+    const c10::Stream* s) __asm__("_ZNK3c104cuda10CUDAStream6streamEv");
+void* HostGpuCudaStreamHandle(const c10::Stream* s) { return StandInHandle(*s); }
+#endif
 
 int main(int argc, char** argv) {
   static HostGpuGuard guard;
