@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/torch_release.h"
 #include "interpose/preload_env.h"
 #include "interpose/torch_detect.h"
 
@@ -52,6 +53,25 @@ std::string PluginPath() {
          "/libnanhunt_torch.so";
 }
 
+// Why the plugin at `path` must not start in this process: built against
+// another torch release than the one loaded (its inline code would read
+// this torch's objects with the other's layout). "" when it may start,
+// also when this torch's version cannot be read beside its libraries.
+std::string OtherTorch(void* plugin, const std::string& path) {
+  auto built_against =
+      reinterpret_cast<const char* (*)()>(dlsym(plugin, "nanhunt_torch_built_against"));
+  const std::string dir = nanhunt::TorchLibraryDir();
+  const std::string running = nanhunt::TorchReleaseBeside(dir);
+  if (built_against == nullptr || running.empty() ||
+      nanhunt::SameTorchRelease(built_against(), running)) {
+    return "";
+  }
+  return std::string("the torch plugin ") + path + " was built against torch " +
+         built_against() + ", but this process runs torch " + running + " (" + dir +
+         "). Rebuild nanhunt against this torch: NANHUNT_PYTHON=/path/to/its/python "
+         "scripts/build.sh";
+}
+
 // Loads the torch plugin once libtorch is present. Safe to call from any
 // thread, any number of times; only the first call that sees libtorch acts.
 void MaybeLoadTorchPlugin() {
@@ -66,6 +86,8 @@ void MaybeLoadTorchPlugin() {
             "nanhunt: cannot load the torch plugin (%s); monitoring is off "
             "for this process. Rebuild nanhunt against this torch.\n",
             dlerror());
+  } else if (const std::string other = OtherTorch(plugin, path); !other.empty()) {
+    fprintf(stderr, "nanhunt: %s; monitoring is off for this process.\n", other.c_str());
   } else if (auto start = reinterpret_cast<int (*)()>(
                  dlsym(plugin, "nanhunt_torch_start"))) {
     start();  // reports its own errors; never throws

@@ -105,7 +105,11 @@ int RunCommand(const RunOptions& options) {
     }
   }
   if (traces.empty()) {
-    fprintf(stderr, "nanhunt: no trace written (the command never loaded torch)\n");
+    // Or the plugin did not start: it was built against another torch, or
+    // could not load (the preload library said why, above).
+    fprintf(stderr,
+            "nanhunt: no trace written (the command never loaded torch, or nanhunt "
+            "did not start in it: see above)\n");
   } else {
     const std::string text =
         RenderText(Summarise(traces), 100, isatty(STDERR_FILENO) != 0);

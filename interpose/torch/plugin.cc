@@ -1088,6 +1088,12 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_scaler_skipped_st
   }
 }
 
+// The torch release this plugin was built against: libnanhunt.so starts it
+// only in a process that runs the same one.
+extern "C" __attribute__((visibility("default"))) const char* nanhunt_torch_built_against() {
+  return nanhunt::torch_compat::TorchVersion();
+}
+
 // Entry point called by libnanhunt.so right after loading this plugin.
 extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
   using namespace nanhunt;

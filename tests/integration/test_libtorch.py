@@ -1,8 +1,11 @@
 """A C++ LibTorch program, built by the tests, under `nanhunt run`."""
+import re
 import sqlite3
+from pathlib import Path
 
 import pytest
-from conftest import BUILD, nanhunt_run, run, view_json
+import torch
+from conftest import BUILD, LIBNANHUNT, clean_env, nanhunt_run, run, view_json
 
 PROGRAM = BUILD / "tests" / "libtorch_train"
 
@@ -59,3 +62,41 @@ def test_libtorch_losses_are_bit_identical_under_nanhunt(out):
     monitored = nanhunt_run([PROGRAM, "99", "8"], out)
     assert plain.returncode == monitored.returncode == 0
     assert plain.stdout == monitored.stdout
+
+
+def test_a_plugin_built_against_another_torch_is_not_started(out, tmp_path):
+    # nanhunt built against one torch, the program run against another (a
+    # conda environment beside the venv nanhunt was built with): the
+    # plugin's inline code would read that torch's objects with the wrong
+    # layout. This torch's libraries, in a folder whose version.py says
+    # 2.99.0 (found first: the program's RUNPATH comes after
+    # LD_LIBRARY_PATH).
+    real = Path(torch_lib_dir())
+    fake = tmp_path / "torch"
+    (fake / "lib").mkdir(parents=True)
+    for lib in real.iterdir():
+        (fake / "lib" / lib.name).symlink_to(lib)
+    (fake / "version.py").write_text("__version__ = '2.99.0+cu999'\n")
+    env = clean_env(LD_LIBRARY_PATH=fake / "lib")
+    plain = run([PROGRAM, "3", "6"], env=env)
+    r = nanhunt_run([PROGRAM, "3", "6"], out, env=env)
+    assert r.returncode == plain.returncode == 0, r.stderr
+    assert r.stdout == plain.stdout  # the training ran, untouched
+    built = torch.__version__.split("+")[0]
+    assert re.search(
+        rf"nanhunt: the torch plugin \S*/libnanhunt_torch\.so was built against torch "
+        rf"{re.escape(built)}, but this process runs torch 2\.99\.0\+cu999 "
+        rf"\({re.escape(str(fake / 'lib'))}\)\. Rebuild nanhunt against this torch: "
+        r"NANHUNT_PYTHON=/path/to/its/python scripts/build.sh; "
+        r"monitoring is off for this process\.\n", r.stderr), r.stderr
+    assert "nanhunt did not start in it" in r.stderr
+    assert not list(out.glob("*.sqlite"))  # nothing was monitored
+    # The same folder with this torch's own version: monitored as ever.
+    (fake / "version.py").write_text(f"__version__ = '{torch.__version__}'\n")
+    r = nanhunt_run([PROGRAM, "3", "6"], out, env=env)
+    assert r.returncode == 0 and "built against" not in r.stderr, r.stderr
+    assert view_json(out)["first_origin"]["op"] == "aten::dot"
+
+
+def torch_lib_dir():
+    return Path(torch.__file__).parent / "lib"
