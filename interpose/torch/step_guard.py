@@ -189,7 +189,6 @@ def _naming(optimizer):
 
 def _before_step(optimizer, args, kwargs):
     global _optimizer_steps, _broken
-    _optimizer_steps += 1
     compiling = _compiling()
     if compiling and not (_sentinel or _skip_at_install):
         # torch.compile traces the step: any call into nanhunt would break
@@ -197,8 +196,12 @@ def _before_step(optimizer, args, kwargs):
         # The compiled step goes unnamed. Skipping and the sentinel still
         # break it, as their checks must run.
         return None
-    # Which optimizer steps: several in one iteration are one step.
+    # Which optimizer steps: several in one iteration are one step. Not
+    # counted while traced either: Dynamo guarded on the count it read
+    # (torch 2.7), so the compiled step was compiled again at every call
+    # until its recompile limit, then ran uncompiled.
     if not compiling:
+        _optimizer_steps += 1
         try:
             _lib.nanhunt_optimizer_stepping(*_naming(optimizer))
         except Exception:
@@ -269,9 +272,12 @@ def _watch_grad_scaler():
         result = original(self, optimizer, *args, **kwargs)
         try:
             # Only an optimizer whose step runs torch.optim's hooks would
-            # have counted its step (torch marks the patched step "hooked").
+            # have counted its step (torch marks the patched step "hooked"),
+            # and not while compiled (its own step, or this one: then
+            # nothing is counted).
             if (_optimizer_steps == before and self.is_enabled()
-                    and getattr(type(optimizer).step, "hooked", False)):
+                    and getattr(type(optimizer).step, "hooked", False)
+                    and "step" not in vars(optimizer) and not _compiling()):
                 _lib.nanhunt_scaler_skipped_step(*_naming(optimizer))
         except Exception:
             pass  # never the training's problem
