@@ -60,18 +60,14 @@ inline bool InBackward() {
 
 inline const char* TorchVersion() { return TORCH_VERSION; }
 
-// The op's overload ("Tensor", "out"; "" for none and for scopes named by
-// a string). Its address is stable for as long as the op is registered: the
-// traits cache keys on it.
-inline const char* OverloadName(const at::RecordFunction& fn) {
-#if NANHUNT_TORCH_AT_LEAST(2, 7)
-  return fn.overload_name();
-#else
-  // RecordFunction::overload_name() came in torch 2.7. Before it the
-  // overload is in operator_name(), a copy of two strings; name() is the
-  // schema's own string, one per overload, so its address keys the
-  // overload, interned once. A scope named by a string has no operator
-  // name (and its name's address is not its own for long): not cached.
+// The op's overload as operator_name() says it, interned: what
+// OverloadName answers before torch 2.7, compiled with every torch so that
+// tests/cpp/torch_compat_probe.cc holds it to overload_name() where both
+// are. operator_name() is a copy of two strings; name() is the schema's
+// own string, one per overload, so its address keys the overload, interned
+// once. A scope named by a string has no operator name (and its name's
+// address is not its own for long): "", not cached.
+inline const char* OverloadNameByOperatorName(const at::RecordFunction& fn) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* interned ABSL_GUARDED_BY(mu) = new absl::node_hash_set<std::string>();
   thread_local absl::flat_hash_map<const char*, const char*> by_name;
@@ -86,7 +82,51 @@ inline const char* OverloadName(const at::RecordFunction& fn) {
   }
   by_name.emplace(name, overload);
   return overload;
+}
+
+// The op's overload ("Tensor", "out"; "" for none and for scopes named by
+// a string). Its address is stable for as long as the op is registered: the
+// traits cache keys on it.
+inline const char* OverloadName(const at::RecordFunction& fn) {
+#if NANHUNT_TORCH_AT_LEAST(2, 7)
+  return fn.overload_name();
+#else
+  return OverloadNameByOperatorName(fn);  // overload_name() came in 2.7
 #endif
+}
+
+// The cudaStream_t of a CUDA `stream` as libc10_cuda's
+// CUDAStream::stream() says it, into `handle`: what CurrentStreamHandle
+// answers before torch 2.11 (getStreamNativeHandle came in 2.11), compiled
+// with every torch so that tests/cpp/torch_compat_probe.cc calls it. A
+// CUDAStream's one member (c10/cuda/CUDAStream.h, torch 2.0 to 2.10) is
+// the c10::Stream the device guard returns, so that Stream is passed as
+// `this` to the member function, looked up by its (Itanium) name: the
+// plugin links no CUDA library and loads none. In the process's global
+// scope first (where a program may stand in for it, as
+// tests/cpp/host_gpu_ops.cc does), then in the libc10_cuda already loaded
+// (Python loads torch's libraries locally). False, with `why`, when it is
+// not there or throws (no driver).
+inline bool StreamHandleByCudaStream(const c10::Stream& stream, void** handle,
+                                     std::string* why) {
+  using NativeOfStream = void* (*)(const c10::Stream* cuda_stream);
+  static const NativeOfStream native_of_stream = []() -> NativeOfStream {
+    constexpr const char* kStream = "_ZNK3c104cuda10CUDAStream6streamEv";
+    if (void* f = dlsym(RTLD_DEFAULT, kStream)) return reinterpret_cast<NativeOfStream>(f);
+    void* lib = dlopen("libc10_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+    return lib == nullptr ? nullptr : reinterpret_cast<NativeOfStream>(dlsym(lib, kStream));
+  }();
+  if (stream.device_type() != c10::DeviceType::CUDA || native_of_stream == nullptr) {
+    *why = "no c10::cuda::CUDAStream::stream() in the process (libc10_cuda.so)";
+    return false;
+  }
+  try {
+    *handle = native_of_stream(&stream);
+    return true;
+  } catch (const std::exception& e) {
+    *why = std::string("c10::cuda::CUDAStream::stream(): ") + e.what();
+    return false;
+  }
 }
 
 // The cudaStream_t that the current stream of `device` (a CUDA device)
@@ -102,31 +142,10 @@ inline bool CurrentStreamHandle(c10::Device device, void** handle,
   *handle = impl->getStreamNativeHandle(impl->getStream(device));
   return true;
 #else
-  // getStreamNativeHandle came in torch 2.11. Before it, libc10_cuda's
-  // CUDAStream::stream() says the same of a CUDAStream, whose one member
-  // (c10/cuda/CUDAStream.h, torch 2.0 to 2.10) is the c10::Stream that
-  // the device guard returns: called with that Stream as `this`, looked up
-  // by its (Itanium) name, so that the plugin links no CUDA library and
-  // loads none. In the process's global scope first (where a program may
-  // stand in for it, as tests/cpp/host_gpu_ops.cc does), then in the
-  // libc10_cuda already loaded (Python loads torch's libraries locally).
-  using NativeOfStream = void* (*)(const c10::Stream* cuda_stream);
-  static const NativeOfStream native_of_stream = []() -> NativeOfStream {
-    constexpr const char* kStream = "_ZNK3c104cuda10CUDAStream6streamEv";
-    if (void* f = dlsym(RTLD_DEFAULT, kStream)) return reinterpret_cast<NativeOfStream>(f);
-    void* lib = dlopen("libc10_cuda.so", RTLD_NOW | RTLD_NOLOAD);
-    return lib == nullptr ? nullptr : reinterpret_cast<NativeOfStream>(dlsym(lib, kStream));
-  }();
-  if (device.type() != c10::DeviceType::CUDA || native_of_stream == nullptr) {
-    *why = "no c10::cuda::CUDAStream::stream() in the process (libc10_cuda.so)";
-    return false;
-  }
   try {
-    const c10::Stream stream = impl->getStream(device);
-    *handle = native_of_stream(&stream);
-    return true;
-  } catch (const std::exception& e) {
-    *why = std::string("c10::cuda::CUDAStream::stream(): ") + e.what();
+    return StreamHandleByCudaStream(impl->getStream(device), handle, why);
+  } catch (const std::exception& e) {  // the guard's getStream, 2.7 to 2.10
+    *why = std::string("the current CUDA stream: ") + e.what();
     return false;
   }
 #endif

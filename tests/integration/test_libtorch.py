@@ -100,3 +100,20 @@ def test_a_plugin_built_against_another_torch_is_not_started(out, tmp_path):
 
 def torch_lib_dir():
     return Path(torch.__file__).parent / "lib"
+
+
+def test_the_fallbacks_for_older_torch_releases_answer_what_torch_does():
+    # torch_compat.h's branches for torch before 2.7 (an op's overload name
+    # from operator_name(), interned) and before 2.11 (the stream handle
+    # from libc10_cuda's CUDAStream::stream(), called by name), run with
+    # this torch, which has what they stand in for.
+    r = run([BUILD / "tests" / "torch_compat_probe"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"overload names: (\d+) compared, 0 differ, 0 moved; overloads: (.*)", r.stdout)
+    assert m and int(m[1]) >= 1000, r.stdout
+    assert {"Tensor", "Scalar", "dim_IntList", "IntList_out"} <= set(m[2].split()), r.stdout
+    if "libc10_cuda.so: loaded" in r.stdout:  # a CUDA build of torch
+        # Found and called: a handle with a driver; without one, torch's
+        # own error, caught and named, not a crash.
+        assert re.search(r"stream handle: (0x[0-9a-f]+|\(nil\))\n|stream handle: none: "
+                         r"c10::cuda::CUDAStream::stream\(\): ", r.stdout), r.stdout

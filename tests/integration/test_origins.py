@@ -172,11 +172,15 @@ def test_an_overflow_in_an_optimizer_closure_is_in_the_forward_pass(out, tmp_pat
 
 
 def assert_four_steps_of_the_same_ops(out):
+    # Step 0 may hold more: what torch does once, at its first optimizer
+    # step (torch 2.7 imports torch._dynamo there, whose import runs 41
+    # tensor ops; torch 2.15 runs the same ops in every step).
     [trace] = out.glob("*.sqlite")
     steps = sqlite3.connect(trace).execute(
         "SELECT step, SUM(ops) FROM steps GROUP BY step ORDER BY step").fetchall()
     assert [s for s, _ in steps] == [0, 1, 2, 3]
-    assert len({ops for _, ops in steps}) == 1, steps
+    ops = [n for _, n in steps]
+    assert len(set(ops[1:])) == 1 and ops[0] >= ops[1], steps
 
 
 @pytest.mark.parametrize("overflow_step", [0, 2])
