@@ -86,6 +86,14 @@ echo "== check kernel benchmark"
 echo "== what a lock costs in this machine's abseil (nanhunt's plugin turns deadlock detection off)"
 "$build"/bin/mutex_cost | tee "$build"/mutex-cost.txt || failed+=("mutex cost")
 
+echo "== torch_compat.h's fallbacks for older torch (overload names; stream handles against torch's own)"
+if cmake --build "$build" -j"$(nproc)" --target torch_compat_probe "${keep_going[@]}" >"$build"/probe-build.log; then
+  "$build"/tests/torch_compat_probe | tee "$build"/probe.log || failed+=("torch_compat fallbacks")
+  grep "^stream handles" "$build"/probe.log > "$build"/probe-check.txt || echo "stream handles: not compared" > "$build"/probe-check.txt
+else
+  grep -v '^\[' "$build"/probe-build.log | tail -20; failed+=("torch_compat probe build")
+fi
+
 echo "== the demo on CUDA, fp16 autocast, under nanhunt"
 if ! cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda \
     "${keep_going[@]}" >"$build"/plugin-build.log; then
@@ -445,7 +453,7 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
-for part in demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
+for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
     evaluation-check given-up-check \
     streams-check graph-check batch-check \
     batch-replay; do

@@ -9,9 +9,10 @@
 //   must also keep its address.
 // - the stream handle: StreamHandleByCudaStream (torch before 2.11) finds
 //   libc10_cuda's CUDAStream::stream() and calls it; without a driver it
-//   throws, which must come back as an error that names it.
+//   throws, which must come back as an error that names it; on a GPU its
+//   handles must be torch's own (getStreamNativeHandle).
 //
-// Prints what it found; exits 1 when an overload name differs.
+// Prints what it found; exits 1 when an overload name or a handle differs.
 #include <dlfcn.h>
 #include <torch/torch.h>
 
@@ -65,6 +66,37 @@ void Ops() {
   }
 }
 
+// On a GPU, with a torch that has getStreamNativeHandle (2.11): the
+// fallback's handle against torch's own, for the default stream and pool
+// streams of both priorities (scripts/gpu-check.sh runs this). Nothing to
+// compare without a GPU.
+bool StreamHandlesAgree(bool cuda_torch) {
+#if NANHUNT_TORCH_AT_LEAST(2, 11)
+  if (!cuda_torch || !c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return true;
+  const c10::impl::DeviceGuardImplInterface* impl =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  if (impl->deviceCount() == 0) return true;
+  const c10::Device cuda0(c10::DeviceType::CUDA, 0);
+  int compared = 0, differ = 0;
+  for (const c10::Stream& s : {impl->getDefaultStream(cuda0), impl->getStreamFromGlobalPool(cuda0),
+                               impl->getStreamFromGlobalPool(cuda0, /*isHighPriority=*/true)}) {
+    void* fallback = nullptr;
+    std::string why;
+    const bool found = nanhunt::torch_compat::StreamHandleByCudaStream(s, &fallback, &why);
+    ++compared;
+    if (!found || fallback != impl->getStreamNativeHandle(s)) {
+      ++differ;
+      std::printf("stream %lld: %p against %p %s\n", static_cast<long long>(s.id()), fallback,
+                  impl->getStreamNativeHandle(s), why.c_str());
+    }
+  }
+  std::printf("stream handles on cuda:0: %d compared, %d differ\n", compared, differ);
+  return differ == 0;
+#else
+  return true;
+#endif
+}
+
 }  // namespace
 
 int main() {
@@ -91,5 +123,6 @@ int main() {
   } else {
     std::printf("stream handle: none: %s\n", why.substr(0, why.find('\n')).c_str());
   }
-  return g_differ.load() == 0 && g_moved.load() == 0 ? 0 : 1;
+  const bool streams_agree = StreamHandlesAgree(cuda_torch);
+  return g_differ.load() == 0 && g_moved.load() == 0 && streams_agree ? 0 : 1;
 }
