@@ -60,14 +60,13 @@ std::string PluginPath() {
 std::string OtherTorch(void* plugin, const std::string& path) {
   auto built_against =
       reinterpret_cast<const char* (*)()>(dlsym(plugin, "nanhunt_torch_built_against"));
+  if (built_against == nullptr) return "";
+  const std::string built = built_against();
   const std::string dir = nanhunt::TorchLibraryDir();
   const std::string running = nanhunt::TorchReleaseBeside(dir);
-  if (built_against == nullptr || running.empty() ||
-      nanhunt::SameTorchRelease(built_against(), running)) {
-    return "";
-  }
-  return std::string("the torch plugin ") + path + " was built against torch " +
-         built_against() + ", but this process runs torch " + running + " (" + dir +
+  if (running.empty() || nanhunt::SameTorchRelease(built, running)) return "";
+  return std::string("the torch plugin ") + path + " was built against torch " + built +
+         ", but this process runs torch " + running + " (" + dir +
          "). Rebuild nanhunt against this torch: NANHUNT_PYTHON=/path/to/its/python "
          "scripts/build.sh";
 }
