@@ -14,7 +14,11 @@
 // thread valgrind happens to run first). HOST_GPU_LOG=FILE gets a line for
 // each call that puts work on a stream: "enqueue DEVICE STREAM CHECKS" and
 // "order_after DEVICE CHECKED_STREAM WAITING_STREAM" (streams by id), and
-// "drain" for each wait for every result.
+// "drain" for each wait for every result. HOST_GPU_POLL_US=N makes the
+// drain thread work as the real ring's does (core/check_ring.cc): wake at
+// the first result, deliver what is there, sleep N microseconds, so that
+// an enqueue seldom has a thread to wake (bench/gpu_op_cost.py's wall
+// times); without it, each enqueue wakes the drain thread.
 //
 // No CUPTI: kernel names stay off ("this libnanhunt_cuda.so has no CUPTI
 // support"), as the plugin handles a library without those symbols.
@@ -26,6 +30,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "core/check_limits.h"
 #include "core/cpu_check.h"
 #include "cupti/cuda_api.h"
@@ -46,6 +51,7 @@ struct Library {
   int in_delivery ABSL_GUARDED_BY(mu) = 0;
   bool draining ABSL_GUARDED_BY(mu) = false;  // nanhunt_cuda_drain: no lag
   size_t lag = 0;                             // HOST_GPU_LAG
+  int poll_us = 0;                            // HOST_GPU_POLL_US
   FILE* log ABSL_GUARDED_BY(mu) = nullptr;    // HOST_GPU_LOG
   NanhuntDeliverFn deliver = nullptr;
   const nanhunt::CheckLimits* limits = nullptr;
@@ -86,24 +92,31 @@ void Log(const char* format, Args... args) ABSL_EXCLUSIVE_LOCKS_REQUIRED(Lib().m
   fflush(Lib().log);
 }
 
+bool Deliverable(Library* l) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return l->queue.size() > (l->draining ? 0 : l->lag);
+}
+
 void Drain() {
   Library& lib = Lib();
   for (;;) {
-    Result r;
     {
       absl::MutexLock lock(&lib.mu);
-      lib.mu.Await(absl::Condition(
-          +[](Library* l) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return l->queue.size() > (l->draining ? 0 : l->lag);
-          },
-          &lib));
-      r = lib.queue.front();
-      lib.queue.pop_front();
-      ++lib.in_delivery;
+      lib.mu.Await(absl::Condition(&Deliverable, &lib));
     }
-    lib.deliver(r.context, &r.counts);
-    absl::MutexLock lock(&lib.mu);
-    --lib.in_delivery;
+    for (;;) {  // everything deliverable now, one result at a time
+      Result r;
+      {
+        absl::MutexLock lock(&lib.mu);
+        if (!Deliverable(&lib)) break;
+        r = lib.queue.front();
+        lib.queue.pop_front();
+        ++lib.in_delivery;
+      }
+      lib.deliver(r.context, &r.counts);
+      absl::MutexLock lock(&lib.mu);
+      --lib.in_delivery;
+    }
+    if (lib.poll_us > 0) absl::SleepFor(absl::Microseconds(lib.poll_us));
   }
 }
 
@@ -113,6 +126,7 @@ HOST_GPU_API int nanhunt_cuda_start(double near_max, NanhuntDeliverFn deliver, c
   Lib().deliver = deliver;
   Lib().limits = new nanhunt::CheckLimits(near_max);
   if (const char* lag = getenv("HOST_GPU_LAG"); lag != nullptr) Lib().lag = strtoul(lag, nullptr, 10);
+  if (const char* poll = getenv("HOST_GPU_POLL_US"); poll != nullptr) Lib().poll_us = atoi(poll);
   if (const char* log = getenv("HOST_GPU_LOG"); log != nullptr) {
     absl::MutexLock lock(&Lib().mu);
     Lib().log = fopen(log, "w");
