@@ -10,7 +10,11 @@ namespace nanhunt {
 
 CheckRing::CheckRing(DeviceChecks* device, Deliver deliver)
     : device_(device), deliver_(std::move(deliver)) {
-  for (int i = device_->slots() - 1; i >= 0; --i) free_slots_.push_back(i);
+  {
+    absl::MutexLock lock(&mu_);
+    for (int i = device_->slots() - 1; i >= 0; --i) free_slots_.push_back(i);
+    queue_.resize(static_cast<size_t>(std::max(device_->slots(), 1)));
+  }
   thread_ = StartQuietThread([this] { Run(); });
 }
 
@@ -49,16 +53,18 @@ void CheckRing::Queue(void* stream, std::shared_ptr<void>* contexts, const int* 
                       size_t n) {
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < n; ++i) {
-    PendingCheck check;
-    check.sequence = next_sequence_++;
-    check.stream = stream;
-    check.context = std::move(contexts[i]);
-    queue_.push_back(Entry{slots[i], std::move(check)});
+    // Room: each entry holds one of the slots() slots.
+    Entry& entry = queue_[(queue_head_ + queue_size_) % queue_.size()];
+    ++queue_size_;
+    entry.slot = slots[i];
+    entry.check.sequence = next_sequence_++;
+    entry.check.stream = stream;
+    entry.check.context = std::move(contexts[i]);
   }
 }
 
 bool CheckRing::Enqueue(void* stream, std::shared_ptr<void> context,
-                        const std::function<bool(int slot)>& enqueue_device) {
+                        absl::FunctionRef<bool(int slot)> enqueue_device) {
   int slot = -1;
   TakeSlots(1, &slot);
   if (!enqueue_device(slot)) {
@@ -71,7 +77,7 @@ bool CheckRing::Enqueue(void* stream, std::shared_ptr<void> context,
 
 bool CheckRing::EnqueueBatch(
     void* stream, std::vector<std::shared_ptr<void>> contexts,
-    const std::function<bool(const int* slots, int n)>& enqueue_device) {
+    absl::FunctionRef<bool(const int* slots, int n)> enqueue_device) {
   const size_t n = contexts.size();
   if (n == 0) return true;
   if (n > static_cast<size_t>(device_->slots())) return false;
@@ -86,25 +92,31 @@ bool CheckRing::EnqueueBatch(
 }
 
 bool CheckRing::DeliverHead(bool block) {
-  Entry head;
+  // Only this thread (deliver_mu_) takes entries off the head; enqueuers
+  // only add behind it. So the head entry stays put while it is read.
+  int slot;
   {
     absl::MutexLock lock(&mu_);
-    if (queue_.empty()) return false;
-    head = queue_.front();
+    if (queue_size_ == 0) return false;
+    slot = queue_[queue_head_].slot;
   }
   CheckCounts counts;
   if (block) {
-    device_->Wait(head.slot, &counts);
-  } else if (!device_->Poll(head.slot, &counts)) {
+    device_->Wait(slot, &counts);
+  } else if (!device_->Poll(slot, &counts)) {
     return false;
   }
+  PendingCheck check;
   {
+    // The counts are copied out: the slot may take its next check now.
     absl::MutexLock lock(&mu_);
-    queue_.pop_front();
+    check = std::move(queue_[queue_head_].check);
+    queue_[queue_head_].check = PendingCheck();
+    queue_head_ = (queue_head_ + 1) % queue_.size();
+    --queue_size_;
+    free_slots_.push_back(slot);
   }
-  deliver_(head.check, counts);
-  absl::MutexLock lock(&mu_);
-  free_slots_.push_back(head.slot);
+  deliver_(check, counts);
   return true;
 }
 
@@ -127,7 +139,7 @@ int64_t CheckRing::waits() const {
 
 int64_t CheckRing::in_flight() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(queue_.size());
+  return static_cast<int64_t>(queue_size_);
 }
 
 void CheckRing::Run() {
@@ -137,7 +149,7 @@ void CheckRing::Run() {
       // Sleep until there is something to drain or we stop; poll the
       // device every 200 microseconds while results are outstanding.
       auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || stopping_;
+        return queue_size_ != 0 || stopping_;
       };
       mu_.Await(absl::Condition(&work));
       if (stopping_) return;

@@ -13,13 +13,13 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check_semantics.h"
 
@@ -61,13 +61,13 @@ class CheckRing {
   // host-visible memory and marks the slot finished. Returns false when that
   // failed (nothing pending was added; the slot is free again).
   bool Enqueue(void* stream, std::shared_ptr<void> context,
-               const std::function<bool(int slot)>& enqueue_device);
+               absl::FunctionRef<bool(int slot)> enqueue_device);
   // The same for several checks enqueued together (one launch for a list
   // of tensors): `enqueue_device` gets one slot per context, and the
   // results are delivered in that order, each with its context. All or
   // nothing: false leaves every slot free. More contexts than slots fail.
   bool EnqueueBatch(void* stream, std::vector<std::shared_ptr<void>> contexts,
-                    const std::function<bool(const int* slots, int n)>& enqueue_device);
+                    absl::FunctionRef<bool(const int* slots, int n)> enqueue_device);
 
   // Delivers every finished result at the head of the queue. Never blocks
   // on the device. Called by the drain thread; callable by tests.
@@ -97,7 +97,13 @@ class CheckRing {
   const Deliver deliver_;
 
   mutable absl::Mutex mu_;  // guards the queue and free slots
-  std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
+  // The queue, in a circular buffer of slots() entries (each entry holds a
+  // slot, so no more are ever in flight): enqueueing and delivering never
+  // allocate, and the drain thread never frees what the training thread
+  // allocated.
+  std::vector<Entry> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queue_head_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t queue_size_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> free_slots_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t waits_ ABSL_GUARDED_BY(mu_) = 0;

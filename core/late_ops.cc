@@ -92,10 +92,54 @@ bool LateOps::Wanted(const std::string& op) const {
   return wanted_.contains(op);
 }
 
-std::optional<Verdict> LateOps::OnResult(const std::shared_ptr<LateOp>& op,
-                                         int index, const CheckCounts& counts) {
+void LateOp::Reset() {
+  // Every field a new op's, but for the memory of the strings and lists,
+  // moved out and back: a field added later is reset without being named.
+  std::string names[] = {std::move(op), std::move(overload), std::move(top_op),
+                         std::move(forward_op), std::move(source), std::move(stack),
+                         std::move(kernels)};
+  auto kept_outputs = std::move(outputs);
+  auto kept_sizes = std::move(output_sizes);
+  auto kept_storages = std::move(output_storages);
+  auto kept_inputs = std::move(inputs);
+  auto kept_contexts = std::move(result_contexts);
+  this->~LateOp();
+  new (this) LateOp();
+  for (std::string& name : names) name.clear();
+  op = std::move(names[0]);
+  overload = std::move(names[1]);
+  top_op = std::move(names[2]);
+  forward_op = std::move(names[3]);
+  source = std::move(names[4]);
+  stack = std::move(names[5]);
+  kernels = std::move(names[6]);
+  // erase, not clear: absl's clear() gives the heap memory back.
+  kept_outputs.erase(kept_outputs.begin(), kept_outputs.end());
+  kept_sizes.erase(kept_sizes.begin(), kept_sizes.end());
+  kept_storages.erase(kept_storages.begin(), kept_storages.end());
+  kept_inputs.erase(kept_inputs.begin(), kept_inputs.end());
+  kept_contexts.erase(kept_contexts.begin(), kept_contexts.end());
+  outputs = std::move(kept_outputs);
+  output_sizes = std::move(kept_sizes);
+  output_storages = std::move(kept_storages);
+  inputs = std::move(kept_inputs);
+  result_contexts = std::move(kept_contexts);
+}
+
+void LateOps::LetGo(LateOp* op) {
+  if (op->pending.fetch_sub(1, std::memory_order_acq_rel) > 1) return;
+  if (release_) release_(op);
+}
+
+std::optional<Verdict> LateOps::OnResult(LateOp* op, int index, const CheckCounts& counts) {
   if (index >= 0) op->outputs[static_cast<size_t>(index)].counts = counts;
   if (op->pending.fetch_sub(1, std::memory_order_acq_rel) > 1) return std::nullopt;
+  const Verdict verdict = Classify(op);
+  if (release_) release_(op);
+  return verdict;
+}
+
+Verdict LateOps::Classify(LateOp* op) {
   OpEvent event;
   event.op = op->op;
   event.top_op = op->top_op;

@@ -61,6 +61,19 @@ struct OutputStorage {
   bool single_value = false;
 };
 
+struct LateOp;
+
+// What a check's result comes back with (cupti/cuda_api.h's context): one
+// output of a late op, kept inside the op (LateOp::result_contexts) so that
+// enqueueing allocates nothing that the drain thread would free; the
+// plugin's reads of single values extend it (kValueRead).
+struct ResultContext {
+  enum class Kind : uint8_t { kLateOutput, kValueRead };
+  Kind kind = Kind::kLateOutput;
+  int index = 0;          // of the op's outputs (or of the values read)
+  LateOp* op = nullptr;   // kLateOutput
+};
+
 struct LateOp {
   uint64_t id = 0;         // unique per op call
   uint64_t parent_id = 0;  // the enclosing op's id, or 0
@@ -84,10 +97,18 @@ struct LateOp {
   bool loss_scaling = false;  // OpEvent::loss_scaling
   bool scaled_gradients = false;  // OpEvent::scaled_gradients
   bool others_unchecked = false;  // OpEvent::others_unchecked
+  // One per output checked on the device, their addresses handed to the
+  // library: filled before the first is taken, never grown after.
+  absl::InlinedVector<ResultContext, 1> result_contexts;
   // Results still to come, plus one held by the enqueuing thread until it
   // has enqueued them all (it may be the last to let go). Results of one
   // op may arrive on two threads: whoever brings it to zero classifies.
+  // Also the op's lifetime: at zero nothing refers to it any more.
   std::atomic<int> pending{0};
+
+  // A new op's fields, with the memory of its strings and containers kept
+  // (LateOpPool): the next op's names and lists fill it without a malloc.
+  void Reset();
 };
 
 class LateOps {
@@ -104,8 +125,17 @@ class LateOps {
   // Result of output `index` of `op` (called in enqueue order), or, with
   // index -1, the enqueuing thread letting go. When nothing is pending any
   // more, the op is classified; returns its verdict then.
-  std::optional<Verdict> OnResult(const std::shared_ptr<LateOp>& op, int index,
-                                  const CheckCounts& counts);
+  // The caller lets go of `op` with the call: once nothing is pending it
+  // is classified and handed to the release function (set_release).
+  std::optional<Verdict> OnResult(LateOp* op, int index, const CheckCounts& counts);
+  // A result that is not judged (it arrived after monitoring stopped):
+  // lets go of `op` like OnResult, without classifying it.
+  void LetGo(LateOp* op);
+
+  // Called with an op once nothing refers to it any more, on the thread
+  // that let go last: the plugin gives it back to its LateOpPool. Tests
+  // own their ops and set none.
+  void set_release(std::function<void(LateOp*)> fn) { release_ = std::move(fn); }
 
   // Called after an op is classified with its verdict (NaN guard, auto
   // fp32); runs on the drain thread.
@@ -114,10 +144,15 @@ class LateOps {
   }
 
  private:
+  // Every result of `op` is in: its verdict, with the registry and the
+  // enclosing ops told.
+  Verdict Classify(LateOp* op);
+
   Monitor* const monitor_;
   const std::function<StorageState(const void*)> state_of_;
   const Remember remember_;
   std::function<void(const LateOp&, Verdict)> on_verdict_;
+  std::function<void(LateOp*)> release_;
   mutable absl::Mutex mu_;
   absl::flat_hash_set<std::string> wanted_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> any_wanted_{false};  // wanted_ is not empty

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "core/check_ring.h"
 #include "cupti/cuda_checks.h"
@@ -83,7 +84,7 @@ namespace {
 // as nanhunt's own (the check kernel is not the op's). 0, or 1 with
 // `error` saying why.
 int Enqueue(int device, void* stream, char* error, int error_len,
-            const std::function<bool(CheckRing&, CudaChecks&, std::string* why)>& enqueue) {
+            absl::FunctionRef<bool(CheckRing&, CudaChecks&, std::string* why)> enqueue) {
   std::string why;
   CheckRing* ring = nullptr;
   CudaChecks* checks = nullptr;
@@ -120,8 +121,10 @@ DeviceTensor FromC(const NanhuntDeviceTensor& t) {
 }
 
 // The ring owns nothing of the caller's: a context is handed back as is.
+// An empty owner aliased to the pointer: no control block to allocate on
+// the training thread and free on the drain thread, once per check.
 std::shared_ptr<void> Handle(void* context) {
-  return std::shared_ptr<void>(context, [](void*) {});
+  return std::shared_ptr<void>(std::shared_ptr<void>(), context);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/late_op_pool.h"
 #include "core/monitor.h"
 #include "core/self_time.h"
 #include "interpose/torch/plugin_path.h"
@@ -20,6 +21,7 @@ namespace {
 std::atomic<const CudaLibrary*> g_with_kernels{nullptr};
 std::atomic<bool> g_names_wanted{false};  // sample mode escalated
 LateOps* g_late = nullptr;  // leaked on purpose, like the session
+LateOpPool* g_late_ops_pool = nullptr;  // g_late's ops; leaked with it
 std::function<void(const LateOp&, Verdict)>* g_on_verdict = nullptr;
 // DrainDeviceChecks is delivering what was still in flight at exit, after
 // monitoring stopped for new ops (Session::Finish): those results count.
@@ -36,15 +38,26 @@ double ValueOf(Format format, const CheckCounts& c) {
 
 void DeliverResult(void* context, const CheckCounts* counts) {
   SelfTimer timer(SelfTime::kDelivery);
-  std::unique_ptr<Pending> pending(static_cast<Pending*>(context));
-  if ((!MonitoringActive() && !g_draining_at_exit.load()) || g_late == nullptr) return;
+  auto* target = static_cast<ResultContext*>(context);
+  std::unique_ptr<ValueReadContext> value;
+  if (target->kind == ResultContext::Kind::kValueRead) {
+    value.reset(static_cast<ValueReadContext*>(target));
+  }
+  const bool judged = (MonitoringActive() || g_draining_at_exit.load()) && g_late != nullptr;
   try {
-    if (ValueRead* read = pending->read.get()) {
-      read->values[pending->index] = ValueOf(read->formats[pending->index], *counts);
+    if (value != nullptr) {
+      if (!judged) return;
+      ValueRead* read = value->read.get();
+      read->values[value->index] = ValueOf(read->formats[value->index], *counts);
       if (read->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) read->then(read->values);
       return;
     }
-    g_late->OnResult(pending->op, pending->index, *counts);
+    if (g_late == nullptr) return;  // no late op exists before it
+    if (judged) {
+      g_late->OnResult(target->op, target->index, *counts);
+    } else {
+      g_late->LetGo(target->op);
+    }
   } catch (...) {
     // The drain thread must survive: a lost classification is better
     // than a dead process. (Nothing in OnResult throws today.)
@@ -82,6 +95,8 @@ bool DrainingAtExit() { return g_draining_at_exit.load(); }
 bool KernelNamesWanted() { return g_names_wanted.load(std::memory_order_relaxed); }
 
 LateOps* LateResults() { return g_late; }
+
+LateOp* NewLateOp() { return g_late_ops_pool->Take(); }
 
 std::vector<std::string> TrustedDirs(const std::string& plugin) {
   std::vector<std::string> dirs{"/usr/local/cuda", plugin.substr(0, plugin.rfind('/') + 1)};
@@ -145,7 +160,9 @@ CudaLibrary& LoadCudaLibrary(Session& session,
                                 ? "auto: no result came near fp16's limit or non-finite"
                                 : "auto: sample mode did not escalate";
     }
+    g_late_ops_pool = new LateOpPool();
     g_late = new LateOps(&session.monitor(), std::move(state_of), std::move(remember));
+    g_late->set_release([](LateOp* op) { g_late_ops_pool->Give(op); });
     if (g_on_verdict != nullptr) g_late->set_on_verdict(*g_on_verdict);
     // Python tears CUDA down before C's atexit handlers run: drain from
     // Python's own atexit, while results can still be read.

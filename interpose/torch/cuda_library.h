@@ -68,19 +68,31 @@ struct ValueRead {
   std::atomic<int> pending{0};
 };
 
-// What a result is delivered with: the op and which of its outputs, or the
-// value read and which of its values.
-struct Pending {
-  std::shared_ptr<LateOp> op;
+// What a value read back is delivered with: the read and which of its
+// values (index). An op's outputs come back with the ResultContexts their
+// LateOp holds.
+struct ValueReadContext : ResultContext {
+  explicit ValueReadContext(std::shared_ptr<ValueRead> r, int i) : read(std::move(r)) {
+    kind = Kind::kValueRead;
+    index = i;
+  }
   std::shared_ptr<ValueRead> read;
-  int index;
 };
 
-// Takes `context` (a Pending) with its result: on the drain thread, or
-// with nothing checked by whoever could not enqueue it. Results that come
-// after monitoring stopped are let go of, except while the session drains
-// at exit (DeliverWhileDrainingAtExit), before its trace is closed.
+// The library's context for `c`: always through the base, so that
+// DeliverResult's cast back is exact.
+inline void* AsContext(ResultContext* c) { return static_cast<void*>(c); }
+
+// Takes `context` (AsContext of a late op's ResultContext, or of a
+// ValueReadContext, which it deletes) with its result: on the drain thread,
+// or with nothing checked by whoever could not enqueue it. Results that
+// come after monitoring stopped are let go of, except while the session
+// drains at exit (DeliverWhileDrainingAtExit), before its trace is closed.
 void DeliverResult(void* context, const CheckCounts* counts);
+
+// A late op's record, from the pool its ops go back to once judged
+// (core/late_op_pool.h). After LoadCudaLibrary only.
+LateOp* NewLateOp();
 void DeliverWhileDrainingAtExit(bool on);
 // Whether that drain is under way: the program has stopped (its training
 // function returned, a C++ program's main), so what is still alive then

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
@@ -114,7 +115,11 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     });
     return true;
   }
-  auto op = std::make_shared<LateOp>();
+  LateOp* op = NewLateOp();  // the last to let go gives it back (LateOps::OnResult)
+  op->pending = 1;           // this call's hold
+  // Thrown out of before the end (torch threw; the boundary catches it):
+  // let go unjudged, so that the op goes back once its results are in.
+  auto let_go = absl::MakeCleanup([op] { LateResults()->LetGo(op); });
   op->id = call.id;
   op->parent_id = call.parent_id;
   op->op = call.name;
@@ -227,26 +232,32 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     session.monitor().ForgetCollective(written);
   }
   op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
+  // All made before the first address is taken: the list never grows after.
+  op->result_contexts.resize(device_outputs.size());
   std::vector<OutputCheck> checks;
   checks.reserve(device_outputs.size());
-  for (const DeviceOutput& out : device_outputs) {
+  for (size_t k = 0; k < device_outputs.size(); ++k) {
+    const DeviceOutput& out = device_outputs[k];
+    ResultContext& context = op->result_contexts[k];
+    context.op = op;
+    context.index = out.index;
     OutputCheck check;
     check.tensor = *out.tensor;
     check.described = Describe(*out.tensor, op->outputs[out.index].format);
-    check.pending = new Pending{op, nullptr, out.index};
+    check.result = &context;
     checks.push_back(std::move(check));
   }
   EnqueueOrHold(lib, checks);
   for (OutputCheck& check : checks) {
     if (check.enqueued) continue;  // held ones were taken: enqueued with their batch
-    const int index = check.pending->index;
-    delete check.pending;
+    const int index = check.result->index;
     // Not checked, and said so: never read as finite.
     CountNotEnqueued(OwnerOf(*op), check.error);
     // Zero elements: counted as a call, not as values found finite.
     op->outputs[index].counts = CheckCounts{};
     op->pending.fetch_sub(1, std::memory_order_acq_rel);
   }
+  std::move(let_go).Cancel();
   LateResults()->OnResult(op, -1, CheckCounts{});  // let go (see LateOp::pending)
   return true;
 }
@@ -271,8 +282,8 @@ bool ReadValuesOnDevice(const std::vector<at::Tensor>& tensors, Session& session
   read->pending.store(static_cast<int>(tensors.size()) + 1);
   for (size_t i = 0; i < tensors.size(); ++i) {
     std::string error;
-    auto* pending = new Pending{nullptr, read, static_cast<int>(i)};
-    void* context = pending;
+    auto* pending = new ValueReadContext(read, static_cast<int>(i));
+    void* context = AsContext(pending);
     if (!EnqueueOnStream(lib, tensors[i].device(), &described[i], &context, 1, &error)) {
       delete pending;
       return false;  // the reads already enqueued arrive and stay incomplete

@@ -103,10 +103,10 @@ bool MemoryReleased(const OutputCheck& check) { return !(MemoryOf(check.storage)
 // nothing checked, counted unchecked (and why, for the trace).
 void DropReleased(OutputCheck& check) {
   g_released.fetch_add(1, std::memory_order_relaxed);
-  CountUnchecked(OwnerOf(*check.pending->op), UncheckedReason::kReleased, /*on_device=*/true);
+  CountUnchecked(OwnerOf(*check.result->op), UncheckedReason::kReleased, /*on_device=*/true);
   const CheckCounts nothing;
-  DeliverResult(check.pending, &nothing);  // takes it
-  check.pending = nullptr;
+  DeliverResult(AsContext(check.result), &nothing);  // takes it
+  check.result = nullptr;
 }
 
 // Enqueues batches held back, in order, each on its own stream, NANHUNT_MAX_BATCH
@@ -136,7 +136,7 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
       std::vector<void*> contexts;
       for (size_t k = first; k < first + n; ++k) {
         described.push_back(held[k]->described);
-        contexts.push_back(held[k]->pending);
+        contexts.push_back(AsContext(held[k]->result));
       }
       std::string error = "the legacy stream while a blocking stream is capturing";
       bool ok = false;
@@ -151,9 +151,9 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
         continue;
       }
       for (size_t k = first; k < first + n; ++k) {
-        CountNotEnqueued(OwnerOf(*held[k]->pending->op), error);
+        CountNotEnqueued(OwnerOf(*held[k]->result->op), error);
         const CheckCounts nothing;
-        DeliverResult(held[k]->pending, &nothing);  // takes it
+        DeliverResult(AsContext(held[k]->result), &nothing);  // takes it
       }
     }
     if (flush.order_after && !forbidden) {
@@ -258,7 +258,7 @@ void EnqueueNow(const CudaLibrary& lib, std::vector<OutputCheck>& checks) {
     for (size_t k : batch) {
       done[k] = true;
       described.push_back(checks[k].described);
-      contexts.push_back(checks[k].pending);
+      contexts.push_back(AsContext(checks[k].result));
     }
     std::string error;
     const bool ok = EnqueueOnStream(lib, first.tensor.device(), described.data(),

@@ -27,7 +27,7 @@ class Session;
 struct OutputCheck {
   at::Tensor tensor;
   NanhuntDeviceTensor described;
-  Pending* pending = nullptr;
+  ResultContext* result = nullptr;  // inside its LateOp
   bool enqueued = false;
   std::string error;  // when not
   // Held: the storage (kept even if the tensor is set_ to another) and the

@@ -110,6 +110,52 @@ TEST(CheckRing, FullRingWaitsForTheOldestAndNeverDropsAResult) {
   EXPECT_EQ(out.sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
 }
 
+// The queue is a circular buffer of slots() entries: round it many times,
+// single checks and batches mixed, results finishing while the drain
+// thread and the enqueuing thread both deliver, and each result comes once,
+// in order, with its own context.
+TEST(CheckRing, RoundTheRingManyTimesEveryResultComesOnceInOrderWithItsContext) {
+  FakeDevice device(5);
+  absl::Mutex mu;
+  std::vector<uint64_t> sequences;
+  std::vector<intptr_t> contexts;
+  CheckRing ring(&device, [&](const PendingCheck& check, const CheckCounts&) {
+    absl::MutexLock lock(&mu);
+    sequences.push_back(check.sequence);
+    contexts.push_back(reinterpret_cast<intptr_t>(check.context.get()));
+  });
+  // Contexts that own nothing, as libnanhunt_cuda.so hands them over.
+  auto handle = [](intptr_t n) {
+    return std::shared_ptr<void>(std::shared_ptr<void>(), reinterpret_cast<void*>(n));
+  };
+  intptr_t next = 1;
+  for (int round = 0; round < 400; ++round) {
+    if (round % 3 == 0) {
+      std::vector<std::shared_ptr<void>> batch;
+      for (int i = 0; i < 3; ++i) batch.push_back(handle(next++));
+      ASSERT_TRUE(ring.EnqueueBatch(nullptr, std::move(batch), [&](const int* slots, int n) {
+        for (int i = 0; i < n; ++i) device.Enqueue(slots[i]);
+        return true;
+      }));
+    } else {
+      ASSERT_TRUE(ring.Enqueue(nullptr, handle(next++),
+                               [&](int slot) { return device.Enqueue(slot); }));
+    }
+    ASSERT_LE(ring.in_flight(), 5);
+    if (round % 7 == 0) device.FinishAll();
+  }
+  device.FinishAll();
+  ring.DrainAll();
+  EXPECT_EQ(ring.in_flight(), 0);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(sequences.size(), static_cast<size_t>(next - 1));
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    EXPECT_EQ(sequences[i], i + 1);
+    EXPECT_EQ(contexts[i], static_cast<intptr_t>(i + 1));
+  }
+  EXPECT_GT(ring.waits(), 0) << "five slots for 666 checks: the ring was full";
+}
+
 TEST(CheckRing, BackgroundThreadDeliversWithoutBeingAsked) {
   FakeDevice device(4);
   Delivered out;

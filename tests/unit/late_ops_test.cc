@@ -105,7 +105,7 @@ TEST_F(LateOpsTest, ResultsFinishingOutOfOrderAreStillJudgedInEnqueueOrder) {
     verdicts.emplace_back(op.op, v);
   });
   CheckRing ring(&device, [&](const PendingCheck& check, const CheckCounts& c) {
-    late_.OnResult(std::static_pointer_cast<LateOp>(check.context), 0, c);
+    late_.OnResult(static_cast<LateOp*>(check.context.get()), 0, c);
   });
   // bmm overflows (origin); softmax reads bmm's output (propagated).
   int bmm_slot = -1, softmax_slot = -1;
@@ -131,7 +131,7 @@ TEST_F(LateOpsTest, ResultsFinishingOutOfOrderAreStillJudgedInEnqueueOrder) {
 TEST_F(LateOpsTest, TheKernelsAnOpLaunchedGoWithItsFinding) {
   auto op = Op(1, "aten::bmm", 0);
   op->kernels = "_Z4gemmPf<<<8,1,1>>>";
-  EXPECT_EQ(late_.OnResult(op, 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(op.get(), 0, Counts(2)), Verdict::kOrigin);
   EXPECT_EQ(monitor_.first_origin()->kernels, "_Z4gemmPf<<<8,1,1>>>");
 }
 
@@ -140,7 +140,7 @@ TEST_F(LateOpsTest, OutputShapesLeftToTheClassificationAreFormattedThere) {
   auto op = Op(1, "aten::bmm", 0);
   op->outputs[0].shape.clear();
   op->output_sizes.push_back({8, 1024, 64});
-  EXPECT_EQ(late_.OnResult(op, 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(op.get(), 0, Counts(2)), Verdict::kOrigin);
   EXPECT_NE(monitor_.first_origin()->outputs.find("[8, 1024, 64]"), std::string::npos)
       << monitor_.first_origin()->outputs;
 }
@@ -149,25 +149,25 @@ TEST_F(LateOpsTest, AGpuInputIsDescribedByWhatItsWritersCheckFoundNotAsAMaxOfZer
   // No check reads an op's GPU inputs again: there is no max |x| to give.
   auto exp = Op(1, "aten::exp", 1, /*in=*/0);
   exp->inputs[0].sizes = {4, 4};
-  EXPECT_EQ(late_.OnResult(exp, 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(exp.get(), 0, Counts(2)), Verdict::kOrigin);
   EXPECT_EQ(monitor_.first_origin()->inputs,
             "#0 float16[4, 4] on the GPU, taken as finite (no check of what wrote it found "
             "inf or NaN)");
 }
 
 TEST_F(LateOpsTest, AnEnclosingOpOfANestedOriginIsNotASecondOrigin) {
-  EXPECT_EQ(late_.OnResult(Op(11, "aten::bmm", 2, -1, /*parent=*/10), 0, Counts(1)),
+  EXPECT_EQ(late_.OnResult(Op(11, "aten::bmm", 2, -1, /*parent=*/10).get(), 0, Counts(1)),
             Verdict::kOrigin);
-  EXPECT_EQ(late_.OnResult(Op(10, "aten::baddbmm", 3), 0, Counts(1)),
+  EXPECT_EQ(late_.OnResult(Op(10, "aten::baddbmm", 3).get(), 0, Counts(1)),
             Verdict::kPropagated);
 }
 
 TEST_F(LateOpsTest, AFiniteResultClearsTheStorageSoItsNextUseIsJudgedAfresh) {
-  late_.OnResult(Op(1, "aten::mul", 4), 0, Counts(2));
+  late_.OnResult(Op(1, "aten::mul", 4).get(), 0, Counts(2));
   EXPECT_TRUE(registry_.contains(&g_storage[4]));
-  late_.OnResult(Op(2, "aten::mul", 4), 0, Counts(0));  // memory reused
+  late_.OnResult(Op(2, "aten::mul", 4).get(), 0, Counts(0));  // memory reused
   EXPECT_FALSE(registry_.contains(&g_storage[4]));
-  EXPECT_EQ(late_.OnResult(Op(3, "aten::exp", 5, 4), 0, Counts(1)), Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(Op(3, "aten::exp", 5, 4).get(), 0, Counts(1)), Verdict::kOrigin);
 }
 
 TEST_F(LateOpsTest, AnOpWithoutASourceLineIsWantedNextTimeAndWaitsForAllOutputs) {
@@ -177,9 +177,9 @@ TEST_F(LateOpsTest, AnOpWithoutASourceLineIsWantedNextTimeAndWaitsForAllOutputs)
   op->outputs.push_back(second);
   op->output_storages.push_back(OutputStorage{&g_storage[7], {}, false});
   op->pending = 3;  // two results, and the enqueuing thread's hold
-  EXPECT_FALSE(late_.OnResult(op, 0, Counts(0)).has_value());
-  EXPECT_FALSE(late_.OnResult(op, 1, Counts(4)).has_value());
-  EXPECT_EQ(late_.OnResult(op, -1, CheckCounts{}), Verdict::kOrigin);
+  EXPECT_FALSE(late_.OnResult(op.get(), 0, Counts(0)).has_value());
+  EXPECT_FALSE(late_.OnResult(op.get(), 1, Counts(4)).has_value());
+  EXPECT_EQ(late_.OnResult(op.get(), -1, CheckCounts{}), Verdict::kOrigin);
   EXPECT_TRUE(late_.Wanted("aten::exp"));
   EXPECT_TRUE(registry_.contains(&g_storage[7]));
   EXPECT_FALSE(registry_.contains(&g_storage[6]));
@@ -196,20 +196,20 @@ TEST_F(LateOpsTest, MasksAreCarriedWithoutAFindingUntilTheyMakeNaN) {
   minus_inf.counts.elements = 1;
   minus_inf.counts.neginf = 1;
   fill->inputs.push_back(minus_inf);
-  EXPECT_EQ(late_.OnResult(fill, 0, Counts(4)), Verdict::kMasked);
+  EXPECT_EQ(late_.OnResult(fill.get(), 0, Counts(4)), Verdict::kMasked);
   EXPECT_EQ(states_[&g_storage[0]], StorageState::kDeliberate);
-  EXPECT_EQ(late_.OnResult(Op(2, "aten::add", 1, 0), 0, Counts(4)), Verdict::kMasked);
-  EXPECT_EQ(late_.OnResult(Op(3, "aten::_softmax", 2, 1), 0, Counts(0)), Verdict::kClean);
+  EXPECT_EQ(late_.OnResult(Op(2, "aten::add", 1, 0).get(), 0, Counts(4)), Verdict::kMasked);
+  EXPECT_EQ(late_.OnResult(Op(3, "aten::_softmax", 2, 1).get(), 0, Counts(0)), Verdict::kClean);
   EXPECT_FALSE(monitor_.first_origin()) << "a mask is not a finding";
   CheckCounts nan = Counts(0);
   nan.nan = 8;
-  EXPECT_EQ(late_.OnResult(Op(4, "aten::_softmax", 3, 1), 0, nan), Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(Op(4, "aten::_softmax", 3, 1).get(), 0, nan), Verdict::kOrigin);
   EXPECT_EQ(monitor_.first_origin()->op, "aten::_softmax");
 }
 
 TEST_F(LateOpsTest, InfAnOpThatDoesNotCarryMasksMakesFromOneIsAnOrigin) {
   states_[&g_storage[0]] = StorageState::kDeliberate;
-  EXPECT_EQ(late_.OnResult(Op(2, "aten::nll_loss_forward", 1, 0), 0, Counts(1)),
+  EXPECT_EQ(late_.OnResult(Op(2, "aten::nll_loss_forward", 1, 0).get(), 0, Counts(1)),
             Verdict::kOrigin);
   EXPECT_EQ(states_[&g_storage[1]], StorageState::kNonFinite);
   EXPECT_NE(monitor_.first_origin()->inputs.find("put there by a mask"), std::string::npos);
@@ -230,23 +230,23 @@ TEST_F(LateOpsTest, MaskConstantsAreKnownByTheirMemoryAndMakeMinusInfAMask) {
   constants.elements = 16;
   constants.near_max = constants.fp16_overflow = 16;
   constants.max_abs_bits = 0x7F7FFFFF;
-  EXPECT_EQ(late_.OnResult(full, 0, constants), Verdict::kMaskConstants);
+  EXPECT_EQ(late_.OnResult(full.get(), 0, constants), Verdict::kMaskConstants);
   EXPECT_EQ(states_[&g_storage[0]], StorageState::kMaskConstants);
   // triu of it carries them: known by its input's memory alone.
   auto triu = Op(2, "aten::triu", 1, 0);
   triu->outputs[0].format = Format::kF32;
-  EXPECT_EQ(late_.OnResult(triu, 0, constants), Verdict::kMaskConstants);
+  EXPECT_EQ(late_.OnResult(triu.get(), 0, constants), Verdict::kMaskConstants);
   // Cast to fp16 (autocast, for scaled_dot_product_attention): -inf.
   CheckCounts minus_inf = Counts(0);
   minus_inf.neginf = 6;
   minus_inf.max_abs_bits = 0x7C00;
-  EXPECT_EQ(late_.OnResult(Op(3, "aten::_to_copy", 2, 1), 0, minus_inf), Verdict::kMasked);
+  EXPECT_EQ(late_.OnResult(Op(3, "aten::_to_copy", 2, 1).get(), 0, minus_inf), Verdict::kMasked);
   EXPECT_EQ(states_[&g_storage[2]], StorageState::kDeliberate);
   EXPECT_FALSE(monitor_.first_origin()) << "a mask is not a finding";
   EXPECT_EQ(monitor_.findings(), 0) << "nor a headroom warning";
   // Memory written finite since holds no mask constants: its cast is an origin.
-  EXPECT_EQ(late_.OnResult(Op(4, "aten::mul", 1, 5), 0, Counts(0)), Verdict::kClean);
-  EXPECT_EQ(late_.OnResult(Op(5, "aten::_to_copy", 3, 1), 0, minus_inf), Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(Op(4, "aten::mul", 1, 5).get(), 0, Counts(0)), Verdict::kClean);
+  EXPECT_EQ(late_.OnResult(Op(5, "aten::_to_copy", 3, 1).get(), 0, minus_inf), Verdict::kOrigin);
 }
 
 int g_weak_released = 0;
@@ -262,7 +262,7 @@ TEST_F(LateOpsTest, AnOutputsWeakStorageReachesTheRegistryAndGoesWithItsOp) {
   op->output_storages[0].weak = std::move(moved);
   op->output_storages[0].single_value = true;
   EXPECT_EQ(moved.impl(), nullptr);
-  EXPECT_EQ(late_.OnResult(op, 0, Counts(4)), Verdict::kOrigin);
+  EXPECT_EQ(late_.OnResult(op.get(), 0, Counts(4)), Verdict::kOrigin);
   EXPECT_EQ(remembered_weak_, &g_storage[2]);
   EXPECT_TRUE(remembered_single_value_);
   EXPECT_EQ(g_weak_released, 0);
