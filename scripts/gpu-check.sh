@@ -72,7 +72,7 @@ if [[ -n $bench_modes ]]; then
   exit
 fi
 cmake --build "$build" -j"$(nproc)" --target nanhunt_gpu_tests gpu_check_bandwidth nanhunt_unit_tests \
-  nanhunt_cuda_api_test nanhunt_kernel_names_test mutex_cost "${keep_going[@]}"
+  nanhunt_cuda_api_test nanhunt_kernel_names_test mutex_cost ring_cost "${keep_going[@]}"
 
 echo "== GPU tests"
 "$build"/bin/nanhunt_gpu_tests --gtest_brief=1 || failed+=("GPU tests")
@@ -85,6 +85,8 @@ echo "== check kernel benchmark"
 "$build"/bin/gpu_check_bandwidth | tee "$build"/bandwidth.txt || failed+=("kernel benchmark")
 echo "== what a lock costs in this machine's abseil (nanhunt's plugin turns deadlock detection off)"
 "$build"/bin/mutex_cost | tee "$build"/mutex-cost.txt || failed+=("mutex cost")
+echo "== the check ring's share of an enqueue's host time (this machine's CPU, no CUDA calls)"
+"$build"/bin/ring_cost | tee "$build"/ring-cost.txt || failed+=("ring cost")
 
 echo "== torch_compat.h's fallbacks for older torch (overload names; stream handles against torch's own)"
 if cmake --build "$build" -j"$(nproc)" --target torch_compat_probe "${keep_going[@]}" >"$build"/probe-build.log; then
@@ -453,6 +455,7 @@ echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / a
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
+grep '^ring,' "$build"/ring-cost.txt 2>/dev/null | sed 's/^/check ring (ns a check, extra, switches): /' || true
 for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
     evaluation-check given-up-check \
     streams-check graph-check batch-check \
