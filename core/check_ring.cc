@@ -40,7 +40,7 @@ void CheckRing::TakeSlots(size_t n, int* slots) {
     }
     // Full: wait for the oldest result and deliver it; never drop one.
     absl::MutexLock deliver_lock(&deliver_mu_);
-    DeliverHead(/*block=*/true);
+    WaitForHead();
   }
 }
 
@@ -91,7 +91,7 @@ bool CheckRing::EnqueueBatch(
   return true;
 }
 
-bool CheckRing::DeliverHead(bool block) {
+bool CheckRing::WaitForHead() {
   // Only this thread (deliver_mu_) takes entries off the head; enqueuers
   // only add behind it. So the head entry stays put while it is read.
   int slot;
@@ -101,11 +101,7 @@ bool CheckRing::DeliverHead(bool block) {
     slot = queue_[queue_head_].slot;
   }
   CheckCounts counts;
-  if (block) {
-    device_->Wait(slot, &counts);
-  } else if (!device_->Poll(slot, &counts)) {
-    return false;
-  }
+  device_->Wait(slot, &counts);
   PendingCheck check;
   {
     // The counts are copied out: the slot may take its next check now.
@@ -120,15 +116,46 @@ bool CheckRing::DeliverHead(bool block) {
   return true;
 }
 
+bool CheckRing::DeliverReady() {
+  // The head entries' slots, under one lock. Only this thread (deliver_mu_)
+  // takes entries off the head, so they stay put while they are polled.
+  int slots[kDeliverAtOnce];
+  size_t n = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    n = std::min(queue_size_, kDeliverAtOnce);
+    for (size_t i = 0; i < n; ++i) slots[i] = queue_[(queue_head_ + i) % queue_.size()].slot;
+  }
+  CheckCounts counts[kDeliverAtOnce];
+  size_t ready = 0;
+  while (ready < n && device_->Poll(slots[ready], &counts[ready])) ++ready;
+  if (ready == 0) return false;
+  PendingCheck checks[kDeliverAtOnce];
+  {
+    // One lock for all of them: the enqueuing thread takes this lock at
+    // every check, and a lock per result kept the two threads trading it.
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < ready; ++i) {
+      checks[i] = std::move(queue_[queue_head_].check);
+      queue_[queue_head_].check = PendingCheck();
+      queue_head_ = (queue_head_ + 1) % queue_.size();
+      --queue_size_;
+      free_slots_.push_back(slots[i]);
+    }
+  }
+  for (size_t i = 0; i < ready; ++i) deliver_(checks[i], counts[i]);
+  return ready == n;  // all of those were finished: there may be more
+}
+
 void CheckRing::DrainReady() {
   absl::MutexLock deliver_lock(&deliver_mu_);
-  while (DeliverHead(/*block=*/false)) {
+  while (DeliverReady()) {
   }
 }
 
 void CheckRing::DrainAll() {
   absl::MutexLock deliver_lock(&deliver_mu_);
-  while (DeliverHead(/*block=*/true)) {
+  while (WaitForHead()) {
   }
 }
 

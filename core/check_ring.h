@@ -90,8 +90,12 @@ class CheckRing {
   void FreeSlots(const int* slots, size_t n);
   // Queues the enqueued checks for delivery, in order.
   void Queue(void* stream, std::shared_ptr<void>* contexts, const int* slots, size_t n);
-  // Delivers the head entry; `block`: wait for the device if unfinished.
-  bool DeliverHead(bool block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_);
+  // Waits for the head entry's result and delivers it; false when empty.
+  bool WaitForHead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_);
+  // Delivers the finished entries at the head, up to kDeliverAtOnce, taking
+  // the queue's lock twice for all of them. True when there may be more.
+  static constexpr size_t kDeliverAtOnce = 64;
+  bool DeliverReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_);
 
   DeviceChecks* const device_;
   const Deliver deliver_;

@@ -110,6 +110,33 @@ TEST(CheckRing, FullRingWaitsForTheOldestAndNeverDropsAResult) {
   EXPECT_EQ(out.sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
 }
 
+// The drain thread delivers finished results at the head several at a
+// time (CheckRing::DeliverReady): past the first 64, and never past an
+// unfinished one, whatever finished behind it.
+TEST(CheckRing, DrainingDeliversEveryFinishedResultAtTheHeadAndStopsAtTheFirstUnfinished) {
+  FakeDevice device(128);
+  Delivered out;
+  auto ring = MakeRing(device, out);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(Enqueue(*ring, device));
+  // Slots are handed out from 0: check i is in slot i.
+  for (int slot = 0; slot < 70; ++slot) device.Finish(slot);
+  device.Finish(75);
+  ring->DrainReady();
+  {
+    absl::MutexLock lock(&out.mu);
+    ASSERT_EQ(out.sequences.size(), 70u);
+    for (size_t i = 0; i < 70; ++i) EXPECT_EQ(out.sequences[i], i + 1);
+  }
+  EXPECT_EQ(ring->in_flight(), 30);
+  device.FinishAll();
+  ring->DrainReady();
+  EXPECT_EQ(ring->in_flight(), 0);
+  absl::MutexLock lock(&out.mu);
+  ASSERT_EQ(out.sequences.size(), 100u);
+  EXPECT_EQ(out.sequences.back(), 100u);
+  EXPECT_EQ(out.elements[75], 175u) << "each result with its own slot's counts";
+}
+
 // The queue is a circular buffer of slots() entries: round it many times,
 // single checks and batches mixed, results finishing while the drain
 // thread and the enqueuing thread both deliver, and each result comes once,
