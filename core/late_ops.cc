@@ -1,5 +1,6 @@
 #include "core/late_ops.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -134,9 +135,11 @@ void LateOps::LetGo(LateOp* op) {
 std::optional<Verdict> LateOps::OnResult(LateOp* op, int index, const CheckCounts& counts) {
   if (index >= 0) op->outputs[static_cast<size_t>(index)].counts = counts;
   if (op->pending.fetch_sub(1, std::memory_order_acq_rel) > 1) return std::nullopt;
-  const Verdict verdict = Classify(op);
-  if (release_) release_(op);
-  return verdict;
+  // Given back even if classifying threw (the drain thread catches it).
+  auto release = absl::MakeCleanup([&] {
+    if (release_) release_(op);
+  });
+  return Classify(op);
 }
 
 Verdict LateOps::Classify(LateOp* op) {
