@@ -55,8 +55,6 @@ struct Figure {
   double switches_per_1000;
 };
 
-// `checks` contexts, handed over as libnanhunt_cuda.so hands them: a
-// pointer, wrapped without an owner.
 template <class Body>
 Figure Time(long checks, Body body) {
   const long switches = Switches();
@@ -67,6 +65,8 @@ Figure Time(long checks, Body body) {
           static_cast<double>(Switches() - switches) / static_cast<double>(checks) * 1000};
 }
 
+// A context handed over as libnanhunt_cuda.so hands it (cupti/cuda_api.cc):
+// a pointer, wrapped without an owner.
 std::shared_ptr<void> Handle(void* context) {
   return std::shared_ptr<void>(std::shared_ptr<void>(), context);
 }

@@ -104,16 +104,22 @@ bool CheckRing::WaitForHead() {
   device_->Wait(slot, &counts);
   PendingCheck check;
   {
-    // The counts are copied out: the slot may take its next check now.
     absl::MutexLock lock(&mu_);
-    check = std::move(queue_[queue_head_].check);
-    queue_[queue_head_].check = PendingCheck();
-    queue_head_ = (queue_head_ + 1) % queue_.size();
-    --queue_size_;
-    free_slots_.push_back(slot);
+    check = PopHead();
   }
   deliver_(check, counts);
   return true;
+}
+
+PendingCheck CheckRing::PopHead() {
+  // The counts are copied out: the slot may take its next check now.
+  Entry& head = queue_[queue_head_];
+  PendingCheck check = std::move(head.check);
+  head.check = PendingCheck();
+  free_slots_.push_back(head.slot);
+  queue_head_ = (queue_head_ + 1) % queue_.size();
+  --queue_size_;
+  return check;
 }
 
 bool CheckRing::DeliverReady() {
@@ -135,13 +141,7 @@ bool CheckRing::DeliverReady() {
     // One lock for all of them: the enqueuing thread takes this lock at
     // every check, and a lock per result kept the two threads trading it.
     absl::MutexLock lock(&mu_);
-    for (size_t i = 0; i < ready; ++i) {
-      checks[i] = std::move(queue_[queue_head_].check);
-      queue_[queue_head_].check = PendingCheck();
-      queue_head_ = (queue_head_ + 1) % queue_.size();
-      --queue_size_;
-      free_slots_.push_back(slots[i]);
-    }
+    for (size_t i = 0; i < ready; ++i) checks[i] = PopHead();
   }
   for (size_t i = 0; i < ready; ++i) deliver_(checks[i], counts[i]);
   return ready == n;  // all of those were finished: there may be more

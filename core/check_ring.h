@@ -96,6 +96,9 @@ class CheckRing {
   // the queue's lock twice for all of them. True when there may be more.
   static constexpr size_t kDeliverAtOnce = 64;
   bool DeliverReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deliver_mu_);
+  // Takes the head entry off the queue (its result was read) and frees its
+  // slot; returns what it is delivered with.
+  PendingCheck PopHead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DeviceChecks* const device_;
   const Deliver deliver_;

@@ -43,7 +43,8 @@ void DeliverResult(void* context, const CheckCounts* counts) {
   if (target->kind == ResultContext::Kind::kValueRead) {
     value.reset(static_cast<ValueReadContext*>(target));
   }
-  const bool judged = (MonitoringActive() || g_draining_at_exit.load()) && g_late != nullptr;
+  if (g_late == nullptr) return;  // nothing is enqueued before it exists
+  const bool judged = MonitoringActive() || g_draining_at_exit.load();
   try {
     if (value != nullptr) {
       if (!judged) return;
@@ -52,7 +53,6 @@ void DeliverResult(void* context, const CheckCounts* counts) {
       if (read->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) read->then(read->values);
       return;
     }
-    if (g_late == nullptr) return;  // no late op exists before it
     if (judged) {
       g_late->OnResult(target->op, target->index, *counts);
     } else {
