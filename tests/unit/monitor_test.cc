@@ -609,7 +609,13 @@ class TracedMonitorTest : public ::testing::Test {
     writer_ = std::move(*w);
     monitor_ = std::make_unique<Monitor>(config_, writer_.get(), [] { return 1.0; });
   }
-  void TearDown() override { std::remove(path_.c_str()); }
+  // The monitor and writer close before their files go: a trace deleted
+  // under an open connection leaves its -wal and -shm behind.
+  void TearDown() override {
+    monitor_.reset();
+    writer_.reset();
+    for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path_ + suffix).c_str());
+  }
   absl::StatusOr<Trace> CloseAndRead() {
     writer_->Close();
     return ReadTrace(path_, /*with_series=*/true);
