@@ -27,21 +27,30 @@ CALLBACKS = ("OnStart(at::RecordFunction const&)",
              "OnEnd(at::RecordFunction const&, at::ObserverContext*)")
 
 
-def run(monitored, kinds, calls, tmp):
+# torch's per-op callbacks asking for inputs and outputs, doing nothing
+# (bench/empty_op_callbacks.cc): torch's part of what nanhunt adds.
+EMPTY_CALLBACKS = ROOT / "build" / "lib" / "libempty_op_callbacks.so"
+
+
+def run(mode, kinds, calls, tmp):
     """Per kind, the measured loop's instructions (callgrind dump files) and,
-    when monitored, those of nanhunt's callbacks inside it."""
+    under nanhunt, those of its callbacks inside it. Modes: plain, empty
+    (torch's callbacks, empty), nanhunt."""
+    monitored = mode == "nanhunt"
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("NANHUNT_") and k != "LD_PRELOAD"}
     env.update(OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
     if monitored:
         env.update(LD_PRELOAD=str(LIB), NANHUNT_OUT=str(tmp / "out"),
                    NANHUNT_EXIT_SUMMARY="0", NANHUNT_QUIET="1")
-    out = tmp / ("monitored" if monitored else "plain") / "callgrind.out"
+    out = tmp / mode / "callgrind.out"
     out.parent.mkdir(parents=True)
+    program = [str(ROOT / "bench" / "op_calls.py"), "--calls", str(calls),
+               "--kinds", ",".join(kinds)]
+    if mode == "empty":
+        program[:0] = [str(ROOT / "bench" / "with_empty_op_callbacks.py"), str(EMPTY_CALLBACKS)]
     subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=time_sleep", "--compress-strings=no",
-                    f"--callgrind-out-file={out}", sys.executable,
-                    str(ROOT / "bench" / "op_calls.py"), "--calls", str(calls),
-                    "--kinds", ",".join(kinds)],
+                    f"--callgrind-out-file={out}", sys.executable, *program],
                    env=env, capture_output=True, text=True, check=True)
     results = {}
     for i, kind in enumerate(kinds):
@@ -70,20 +79,26 @@ def main():
     args = p.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("op_cost: valgrind not found (Debian package valgrind)")
+    if not EMPTY_CALLBACKS.exists():
+        sys.exit(f"op_cost: {EMPTY_CALLBACKS} is missing: run scripts/build.sh")
     kinds = args.kinds.split(",")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
-        plain, monitored = pool.map(lambda m: run(m, kinds, args.calls, Path(tmp)),
-                                    (False, True))
+        plain, empty, monitored = pool.map(lambda m: run(m, kinds, args.calls, Path(tmp)),
+                                           ("plain", "empty", "nanhunt"))
     print(f"instructions an op call (callgrind, one thread, {args.calls} calls of each kind "
-          f"after 500 to warm up; plain and every op checked, same invocation)")
-    print(f"{'op':<16} {'plain':>8} {'nanhunt':>8} {'extra':>8} {'ratio':>6} "
+          f"after 500 to warm up; plain, torch's callbacks empty, and every op checked, "
+          f"same invocation)")
+    print(f"{'op':<16} {'plain':>8} {'nanhunt':>8} {'extra':>8} {'ratio':>6} {'torch':>7} "
           f"{'callbacks':>9}  what it stands for")
     for kind in kinds:
         base, (mon, cb) = plain[kind][0], monitored[kind]
+        torch_part = empty[kind][0] - base
         print(f"{kind:<16} {base:>8.0f} {mon:>8.0f} {mon - base:>+8.0f} {mon / base:>5.2f}x "
-              f"{cb:>9.0f}  {KINDS[kind]}")
-    print("callbacks: nanhunt's OnStart and OnEnd (inclusive); the rest of the extra is "
-          "torch's RecordFunction with boxed inputs and outputs")
+              f"{torch_part:>+7.0f} {cb:>9.0f}  {KINDS[kind]}")
+    print("torch: the same calls with torch's callbacks on and empty, less plain (RecordFunction, "
+          "inputs and outputs boxed: bench/empty_op_callbacks.cc); callbacks: nanhunt's OnStart "
+          "and OnEnd (inclusive); what neither holds is nanhunt's effect on torch's own work "
+          "(a reference it keeps moves a release)")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DNANHUNT_PY
   -DCMAKE_CUDA_ARCHITECTURES=native >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep '^-- nanhunt' "$build.configure.log" || true
 if [[ -n $bench_modes ]]; then
-  cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda \
+  cmake --build "$build" -j"$(nproc)" --target nanhunt nanhunt_cli nanhunt_torch nanhunt_cuda empty_op_callbacks \
     "${keep_going[@]}" | { grep -v '^\[' || true; }
   "$python" bench/gpt2_bench.py --build "$build" --modes "$bench_modes" --rounds "${bench_rounds:-3}"
   exit
@@ -449,7 +449,10 @@ echo "== held-back batches replayed over a GPT-2-small step's CUDA ops (a model 
 "$python" bench/batch_replay.py --device cuda --steps 1 2>/dev/null | grep -v "^step_ms" | tee "$build"/batch-replay.txt \
   || failed+=("batch replay")
 
-echo "== GPT-2-small-sized training, fp16 autocast: plain / nanhunt / sample / anomaly"
+echo "== GPT-2-small-sized training, fp16 autocast: plain / torch's callbacks / nanhunt / sample / anomaly"
+# Its empty-callbacks mode's library; without it that row says it failed.
+cmake --build "$build" --target empty_op_callbacks >"$build"/empty-callbacks-build.log 2>&1 \
+  || { tail -20 "$build"/empty-callbacks-build.log; failed+=("empty callbacks' build"); }
 "$python" bench/gpt2_bench.py --build "$build" --rounds 2 | tee "$build"/gpt2.txt || failed+=("GPT-2 benchmark")
 
 echo
