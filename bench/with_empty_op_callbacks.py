@@ -3,7 +3,7 @@ torch, loads build/lib/libempty_op_callbacks.so (bench/empty_op_callbacks.cc:
 one global RecordFunction callback that asks for every op's inputs and
 outputs, as nanhunt's does, and does nothing), then runs the script as
 __main__ with the arguments after it. At exit it prints `op_callbacks N`
-on stdout: the records the callback saw (none: it was not called). Knows
+on stdout: the records the callback saw (0: it was never called). Knows
 nothing of nanhunt.
 
   .venv/bin/python bench/with_empty_op_callbacks.py build/lib/libempty_op_callbacks.so \\

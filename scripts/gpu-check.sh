@@ -75,7 +75,9 @@ if [[ ! $budget =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 skipped=()
+part_name=""  # the part time_left let start: what its failure is noted as
 time_left() {
+  part_name=$1
   if ((SECONDS < budget)); then
     return 0
   fi
@@ -201,7 +203,7 @@ print(f"streams, {devices} GPU(s): first origin {o.get('op')} step {o.get('step'
       f"{'OK' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
-) | tee "$build"/streams-check.txt || { failed+=("streams and devices"); show_log 20 "$build"/streams.log; }
+) | tee "$build"/streams-check.txt || { failed+=("$part_name"); show_log 20 "$build"/streams.log; }
 fi
 
 if time_left "CUDA graph capture"; then
@@ -230,7 +232,7 @@ ok = (plain != "none" and plain == monitored and "captured into CUDA graphs" in 
 print(f"CUDA graph capture: {'replays identical to unmonitored, captured ops named' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
-) | tee "$build"/graph-check.txt || { failed+=("CUDA graph capture"); show_log 20 "$build"/graph.log; }
+) | tee "$build"/graph-check.txt || { failed+=("$part_name"); show_log 20 "$build"/graph.log; }
 fi
 
 if time_left "held-back checks"; then
@@ -305,13 +307,13 @@ print(f"NANHUNT_GPU_BATCH=auto: {m.get('device_checks')} checks, {m.get('device_
 ok &= good
 sys.exit(0 if ok else 1)
 PY
-) | tee "$build"/batch-check.txt || { failed+=("held-back checks"); show_log 5 "$build"/batch-*.log; }
+) | tee "$build"/batch-check.txt || { failed+=("$part_name"); show_log 5 "$build"/batch-*.log; }
 fi
 
 if time_left "batch replay"; then
 part "held-back batches replayed over a GPT-2-small step's CUDA ops (a model of the policy)"
 "$python" bench/batch_replay.py --device cuda --steps 1 2>/dev/null | grep -v "^step_ms" | tee "$build"/batch-replay.txt \
-  || failed+=("batch replay")
+  || failed+=("$part_name")
 fi
 
 if time_left "raise on CUDA"; then
@@ -322,7 +324,7 @@ if grep -q "NonFiniteError" "$build"/demo-raise.log && grep -q "nanhunt: raising
     && ! grep -q "aborting" "$build"/demo-raise.log; then
   echo "raise on CUDA: NonFiniteError raised in the training script: OK" | tee "$build"/raise-check.txt
 else
-  echo "raise on CUDA: WRONG" | tee "$build"/raise-check.txt; show_log 15 "$build"/demo-raise.log; failed+=("raise on CUDA")
+  echo "raise on CUDA: WRONG" | tee "$build"/raise-check.txt; show_log 15 "$build"/demo-raise.log; failed+=("$part_name")
 fi
 fi
 
@@ -348,7 +350,7 @@ print(f"finfo.min masks on CUDA: healthy run origin {healthy.get('first_origin',
       f"{'OK' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
-) | tee "$build"/finfo-check.txt || { failed+=("finfo.min masks on CUDA"); show_log 20 "$build/finfo--1.log"; }
+) | tee "$build"/finfo-check.txt || { failed+=("$part_name"); show_log 20 "$build/finfo--1.log"; }
 fi
 
 if time_left "Adam foreach on CUDA"; then
@@ -367,7 +369,7 @@ print(f"Adam foreach on fp16 weights, CUDA: first origin {o.get('op')} ({o.get('
       f"step {o.get('step')}, diagnosis {d.get('kind')}: {'OK' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
-) | tee "$build"/adam-fp16-check.txt || { failed+=("Adam foreach on CUDA"); show_log 20 "$build"/adam-fp16.log; }
+) | tee "$build"/adam-fp16-check.txt || { failed+=("$part_name"); show_log 20 "$build"/adam-fp16.log; }
 fi
 
 if time_left "own loss scaler on CUDA"; then
@@ -395,7 +397,7 @@ for mode in ("set-to-none", "in-place", "accumulate"):
           f"diagnosis {d.get('kind')}: {'OK' if ok else 'WRONG'}")
 sys.exit(1 if bad else 0)
 PY
-) | tee "$build"/own-scaler-check.txt || { failed+=("own loss scaler on CUDA"); show_log 20 "$build"/own-scaler-set-to-none.log; }
+) | tee "$build"/own-scaler-check.txt || { failed+=("$part_name"); show_log 20 "$build"/own-scaler-set-to-none.log; }
 fi
 
 if time_left "several optimizers on CUDA"; then
@@ -451,7 +453,7 @@ for layout in ("two-optimizers", "in-backward", "gradscaler", "gan"):
           f"{o.get('step')}, {r.get('steps')} steps: {'OK' if ok else 'WRONG'}")
 sys.exit(1 if bad else 0)
 PY
-) | tee "$build"/several-check.txt || { failed+=("several optimizers on CUDA"); show_log 20 "$build"/several-in-backward-backward.log; }
+) | tee "$build"/several-check.txt || { failed+=("$part_name"); show_log 20 "$build"/several-in-backward-backward.log; }
 fi
 
 if time_left "padded attention on CUDA"; then
@@ -475,7 +477,7 @@ for mode, kind in (("dropped", "healthy"), ("kept", "invalid_math")):
           f"diagnosis {d.get('kind')}: {'OK' if ok else 'WRONG'}")
 sys.exit(1 if bad else 0)
 PY
-) | tee "$build"/padded-check.txt || { failed+=("padded attention on CUDA"); show_log 20 "$build"/padded-dropped.log; }
+) | tee "$build"/padded-check.txt || { failed+=("$part_name"); show_log 20 "$build"/padded-dropped.log; }
 fi
 
 if time_left "evaluation on CUDA"; then
@@ -493,7 +495,7 @@ print(f"evaluation, CUDA: first origin {o.get('op')} step {o.get('step')}, {r.ge
       f"steps, forward passes: {r.get('forward_passes')}: {'OK' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
-) | tee "$build"/evaluation-check.txt || { failed+=("evaluation on CUDA"); show_log 20 "$build"/evaluation.log; }
+) | tee "$build"/evaluation-check.txt || { failed+=("$part_name"); show_log 20 "$build"/evaluation.log; }
 fi
 
 if time_left "given-up iterations on CUDA"; then
@@ -530,7 +532,7 @@ for mode, nonfinite, given_up in (("continue", [3, 4], [3, 4]),
           f"{r.get('steps')} steps, given up {r.get('given_up_steps')}: {'OK' if ok else 'WRONG'}")
 sys.exit(1 if bad else 0)
 PY
-) | tee "$build"/given-up-check.txt || { failed+=("given-up iterations on CUDA"); show_log 20 "$build"/given-up-continue.log; }
+) | tee "$build"/given-up-check.txt || { failed+=("$part_name"); show_log 20 "$build"/given-up-continue.log; }
 fi
 
 echo
