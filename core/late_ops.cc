@@ -86,11 +86,9 @@ LateOps::LateOps(Monitor* monitor,
       state_of_(std::move(state_of)),
       remember_(std::move(remember)) {}
 
-bool LateOps::Wanted(const std::string& op) const {
+bool LateOps::Wanted(const std::string& op) {
   // Asked at every GPU op: a healthy run wants no line, and takes no lock.
-  if (!any_wanted_.load(std::memory_order_acquire)) return false;
-  absl::MutexLock lock(&mu_);
-  return wanted_.contains(op);
+  return wanted_.Wanted(op);
 }
 
 void LateOp::Reset() {
@@ -147,6 +145,7 @@ Verdict LateOps::Classify(LateOp* op) {
   event.op = op->op;
   event.top_op = op->top_op;
   event.forward_op = op->forward_op;
+  event.forward_source = op->forward_source;
   event.phase = op->phase;
   event.grad_enabled = op->grad_enabled;
   event.takes_grad_input = op->takes_grad_input;
@@ -209,8 +208,7 @@ Verdict LateOps::Classify(LateOp* op) {
     if ((verdict == Verdict::kWarned || verdict == Verdict::kOrigin ||
          any_nonfinite) &&
         op->source.empty() && op->phase == Phase::kForward) {
-      wanted_.insert(op->op);
-      any_wanted_.store(true, std::memory_order_release);
+      wanted_.Want(op->op);
     }
   }
   if (on_verdict_) on_verdict_(*op, verdict);

@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "core/monitor.h"
+#include "core/wanted_ops.h"
 #include "core/weak_storage.h"
 
 namespace nanhunt {
@@ -93,6 +93,9 @@ struct LateOp {
   absl::InlinedVector<OutputStorage, 1> output_storages;
   absl::InlinedVector<LateInput, 2> inputs;
   std::string source, stack;  // when wanted
+  // Backward ops: the line their forward op was called from, when it was
+  // captured (Monitor::ForwardLineWanted); interned, lives for the process.
+  absl::string_view forward_source;
   std::string kernels;        // CUPTI: the kernels it launched
   bool loss_scaling = false;  // OpEvent::loss_scaling
   bool scaled_gradients = false;  // OpEvent::scaled_gradients
@@ -120,7 +123,7 @@ class LateOps {
           Remember remember);
 
   // Whether ops named `op` should capture their source line at enqueue.
-  bool Wanted(const std::string& op) const;
+  bool Wanted(const std::string& op);
 
   // Result of output `index` of `op` (called in enqueue order), or, with
   // index -1, the enqueuing thread letting go. When nothing is pending any
@@ -154,8 +157,7 @@ class LateOps {
   std::function<void(const LateOp&, Verdict)> on_verdict_;
   std::function<void(LateOp*)> release_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_set<std::string> wanted_ ABSL_GUARDED_BY(mu_);
-  std::atomic<bool> any_wanted_{false};  // wanted_ is not empty
+  WantedOps wanted_;  // forward ops whose line to capture at enqueue
   // Enclosing ops whose nested ops made a finding (or a warning), until
   // their own result arrives.
   absl::flat_hash_map<uint64_t, bool> parent_finding_ ABSL_GUARDED_BY(mu_);

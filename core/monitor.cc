@@ -126,6 +126,10 @@ void Monitor::set_notify(std::function<void(const std::string&)> notify) {
   notify_ = std::move(notify);
 }
 
+void Monitor::WantForwardLine(const OpEvent& e, int64_t step) {
+  if (!e.forward_op.empty()) forward_lines_.Want(e.forward_op, step + kForwardLineSteps);
+}
+
 int64_t Monitor::step() const {
   absl::MutexLock lock(&mu_);
   return steps_.step();
@@ -381,11 +385,15 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
                         format);
     }
     row.max_abs = want_headroom ? near.max_abs : max_abs;
-    // A backward op's line is its forward op's (forward_op); the update's
-    // is the program's optimizer.step() or scaler.step().
+    // A backward op's line is its forward op's (forward_op), when it was
+    // captured; the update's is the program's optimizer.step() or
+    // scaler.step().
     if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
+    } else {
+      row.source = std::string(e.forward_source);
+      if (want_headroom && !e.scaled_gradients) WantForwardLine(e, row.step);
     }
     row.outputs = Describe(e.outputs);
     absl::MutexLock lock(&mu_);
@@ -637,6 +645,9 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
+    } else {
+      row.source = std::string(e.forward_source);
+      WantForwardLine(e, row.step);
     }
     if (verdict == Verdict::kOrigin) row.fp32_max_abs = context.RecomputeFp32MaxAbs();
   }

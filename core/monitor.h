@@ -33,6 +33,7 @@
 #include "core/phase.h"
 #include "core/step_tracker.h"
 #include "core/trace_rows.h"
+#include "core/wanted_ops.h"
 
 namespace nanhunt {
 
@@ -128,6 +129,9 @@ struct OpEvent {
   // op's, when that started without grad (StepTracker::Refine).
   bool takes_grad_input = false;
   absl::string_view forward_op;  // backward ops: the forward op of the node
+  // Backward ops: the line the forward op was called from, when captured
+  // (ForwardLineWanted); their findings' source.
+  absl::string_view forward_source;
   absl::Span<const TensorFacts> outputs;
   // An op nested inside this one was already an origin or an input finding:
   // this op's non-finite outputs come from there.
@@ -308,6 +312,17 @@ class Monitor {
   bool StepHasNonFinite() const;
 
   int64_t step() const;
+  // Whether a forward op named `op` should capture the line it is called
+  // from, for the findings of its backward ops (OpEvent::forward_source):
+  // for kForwardLineSteps steps after one of them came near the limit
+  // (not a GradScaler's scaled gradients, there on purpose) or made
+  // inf/NaN from finite values. A backward op runs after its forward op's
+  // line is gone, so the finding that opens the window has none; overflows
+  // recur, and the ones after it do. One load while no window is open.
+  bool ForwardLineWanted(absl::string_view op) {
+    return forward_lines_.Wanted(op, [this] { return step(); });
+  }
+  static constexpr int64_t kForwardLineSteps = 20;
   // A top-level op may begin a step (StepTracker::step_may_begin): the
   // caller then tells the start of each top-level forward op on a tensor
   // that requires grad, which judges and begins it there, as OnOp would at
@@ -538,6 +553,9 @@ class Monitor {
   // Set at the first collective: until then (any run that is not
   // distributed) the lookups on every op's tensors take no lock.
   std::atomic<bool> any_collective_{false};
+  WantedOps forward_lines_;  // ForwardLineWanted
+  // Opens (or extends) the window of e.forward_op's line from `step`.
+  void WantForwardLine(const OpEvent& e, int64_t step);
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
   // When the last optimizer record of the step ended, while the next step
   // waits for its first forward op; the step's end time.

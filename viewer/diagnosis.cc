@@ -247,8 +247,7 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
                          " (", f.phase, ") at step ", f.step);
   d.evidence.push_back(absl::StrCat(
       "step ", f.step, ": ", f.op,
-      f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
-      " turned finite values into ", f.dtype, " inf/NaN; the forward pass was "
+      BackwardOf(f), " turned finite values into ", f.dtype, " inf/NaN; the forward pass was "
       "finite"));
   AddWarningTrend(s, f, d);
   AddScalerEvidence(s, SkipsOf(s), d);
@@ -381,8 +380,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
       const FindingRow& f = *s.first_origin;
       d.op = f.forward_op.empty() ? Switchable(f) : f.forward_op;
       d.evidence.push_back(absl::StrCat(
-          "the scaled gradients first overflowed in ", f.op,
-          f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
+          "the scaled gradients first overflowed in ", f.op, BackwardOf(f),
           " (", f.phase, ") at step ", f.step));
     } else if (!s.ops.empty()) {
       d.evidence.push_back(absl::StrFormat(

@@ -107,10 +107,9 @@ std::string WhatCameOut(const FindingRow& f) {
 // 64, at model.py:12 in forward".
 std::string WhatItGave(const FindingRow& f) {
   return absl::StrCat(
-      "step ", f.step, ": ", OpWithinTop(f),
-      f.forward_op.empty() ? "" : " (backward of " + f.forward_op + ")",
+      "step ", f.step, ": ", OpWithinTop(f), BackwardOf(f),
       " gave ", f.dtype, " outputs with ", WhatCameOut(f),
-      f.source.empty() ? "" : ", at " + f.source);
+      f.source.empty() || !f.forward_op.empty() ? "" : ", at " + f.source);
 }
 
 // " (backward)" after an op's name, nothing for the forward.

@@ -34,6 +34,31 @@ bool Before(const FindingRow& a, const FindingRow& b) {
   return a.time < b.time;
 }
 
+// For a backward first origin without its forward op's line: the lines
+// that later origins and warnings of the same backward op of the same
+// forward op had (the monitor captures them from the first such finding
+// on). Several lines: the forward op is called from several places.
+void FillLaterForwardLines(const std::vector<Trace>& traces, RunSummary& s) {
+  if (!s.first_origin) return;
+  const FindingRow& first = *s.first_origin;
+  if (first.phase != "backward" || first.forward_op.empty() || !first.source.empty()) return;
+  for (const Trace& t : traces) {
+    if (t.path != s.first_origin_trace) continue;
+    for (const FindingRow& f : t.findings) {
+      if (f.kind == "propagated" || f.source.empty() || f.op != first.op ||
+          f.phase != first.phase || f.forward_op != first.forward_op ||
+          Before(f, first)) {
+        continue;
+      }
+      auto& lines = s.first_origin_later_lines;
+      if (lines.empty()) s.first_origin_later_lines_step = f.step;
+      if (lines.size() < 3 && std::find(lines.begin(), lines.end(), f.source) == lines.end()) {
+        lines.push_back(f.source);
+      }
+    }
+  }
+}
+
 // max |x| relative to fp16's limit: "82%", or "3.2x" / "1.1e+07x" past it.
 std::string OfLimit(double max_abs) {
   if (std::isinf(max_abs)) return "inf";
@@ -180,6 +205,12 @@ bool FromMask(const FindingRow& f) {
 
 std::string OpWithinTop(const FindingRow& f) {
   return f.top_op.empty() || f.top_op == f.op ? f.op : absl::StrCat(f.op, " in ", f.top_op);
+}
+
+std::string BackwardOf(const FindingRow& f) {
+  if (f.forward_op.empty()) return "";
+  return absl::StrCat(" (backward of ", f.forward_op,
+                      f.source.empty() ? "" : absl::StrCat(", called at ", f.source), ")");
 }
 
 std::string TimesFp16Max(double v) {
@@ -423,6 +454,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   s.given_up_steps.assign(given_up.begin(), given_up.end());
   s.unfinished_steps.assign(unfinished.begin(), unfinished.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
+  FillLaterForwardLines(traces, s);
   return s;
 }
 
@@ -533,7 +565,16 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                       "\n");
     }
     if (!f.source.empty()) {
-      absl::StrAppend(&out, "          at ", Fit(f.source, w - 13), "\n");
+      // A backward op's line is the one that called its forward op.
+      const bool forward_line = f.phase == "backward";
+      absl::StrAppend(&out, forward_line ? "          forward op called at " : "          at ",
+                      Fit(f.source, w - (forward_line ? 32 : 13)), "\n");
+    } else if (!s.first_origin_later_lines.empty()) {
+      absl::StrAppend(&out, "          forward op called at (lines of this backward op's findings from step ",
+                      s.first_origin_later_lines_step, " on):\n");
+      for (const std::string& line : s.first_origin_later_lines) {
+        absl::StrAppend(&out, "            ", Fit(line, w - 12), "\n");
+      }
     }
     if (!f.kernels.empty()) {
       absl::StrAppend(&out, "          kernels ",
@@ -616,8 +657,18 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       }
       absl::StrAppend(&out, "  ", yellow, g.Line(w - 4), reset, "\n    ",
                       Fit(absl::StrJoin(trend, " -> "), w - 6), "\n");
-      const std::string& source = g.rows.front()->source;
-      if (!source.empty()) absl::StrAppend(&out, "    at ", Fit(source, w - 9), "\n");
+      // Backward rows have their forward op's line only from the steps
+      // after the first (the monitor captures it once wanted): the first
+      // row that has one.
+      const FindingRow* located = nullptr;
+      for (const FindingRow* f : g.rows) {
+        if (located == nullptr && !f->source.empty()) located = f;
+      }
+      if (located != nullptr) {
+        const bool forward_line = located->phase == "backward";
+        absl::StrAppend(&out, forward_line ? "    forward op called at " : "    at ",
+                        Fit(located->source, w - (forward_line ? 28 : 9)), "\n");
+      }
     }
   }
   if (!would.empty()) {
@@ -834,6 +885,9 @@ std::string RenderJson(const RunSummary& s) {
     if (f.fp32_max_abs) j.Number(*f.fp32_max_abs); else j.Null();
     j.Key("rank").String(s.first_origin_rank);
     j.Key("source").String(f.source);
+    j.Key("later_forward_lines").BeginArray();
+    for (const std::string& line : s.first_origin_later_lines) j.String(line);
+    j.EndArray();
     j.Key("kernels").String(ReadableKernels(f.kernels));
     j.Key("stack").String(f.stack);
     j.Key("inputs").String(f.inputs);

@@ -29,6 +29,12 @@ struct RunSummary {
   std::string torch_version;
   std::optional<FindingRow> first_origin;  // first origin or input finding
   std::string first_origin_trace;
+  // A backward first origin whose forward op's line was not captured (the
+  // monitor captures it from the finding on): the lines later findings of
+  // the same backward op and forward op had, at most three, and the step
+  // of the first of them.
+  std::vector<std::string> first_origin_later_lines;
+  int64_t first_origin_later_lines_step = -1;
   std::string first_origin_rank;  // under torchrun: the rank it began on
   // Per rank (torchrun): each rank's first non-finite finding, including
   // "received" (arrived through a collective from another rank).
@@ -122,6 +128,12 @@ bool FromMask(const FindingRow& f);
 // aten::matmul"): an inner op alone (aten::sum) does not say which line of
 // the model it is.
 std::string OpWithinTop(const FindingRow& f);
+
+// " (backward of aten::addmm, called at model.py:12 in forward)": a
+// backward op's forward op and, when it was captured, the line that
+// called it (a backward op's `source` is its forward op's); "" for ops
+// without a forward op.
+std::string BackwardOf(const FindingRow& f);
 
 // `v` as a multiple of fp16's 65504: "2.00x", "5.19e+33x" (an fp32 mask
 // of torch.finfo(torch.float32).min, not 34 digits).

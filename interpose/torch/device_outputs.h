@@ -25,6 +25,7 @@ struct DeviceOpCall {
   const char* overload = "";
   const char* top_op = "";
   const char* forward_op = "";
+  absl::string_view forward_source;  // the forward op's line, when captured
   Phase phase = Phase::kForward;
   bool grad_enabled = true, takes_grad_input = false, top_level = false;
   uint64_t thread = 0;

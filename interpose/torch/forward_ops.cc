@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/node_hash_set.h"
 #include "absl/synchronization/mutex.h"
 
 namespace nanhunt {
@@ -14,6 +15,7 @@ constexpr int64_t kSlots = 1 << 16;
 struct Slot {
   std::atomic<int64_t> seq{-1};
   std::atomic<const char*> name{nullptr};
+  std::atomic<const std::string*> line{nullptr};
 };
 
 struct Ring {
@@ -39,23 +41,33 @@ Ring* FindRing(uint64_t thread, bool create) {
 
 }  // namespace
 
-void ForwardOps::Record(uint64_t thread, int64_t seq, const char* name) {
+void ForwardOps::Record(uint64_t thread, int64_t seq, const char* name,
+                        const std::string* line) {
   thread_local Ring* mine = nullptr;
   if (mine == nullptr || mine->thread != thread) mine = FindRing(thread, true);
   Slot& s = mine->slots[seq & (kSlots - 1)];
-  // Relaxed: a torn pair at worst names the wrong op for a backward node
+  // Relaxed: a torn record at worst names the wrong op for a backward node
   // racing with its own forward thread, which autograd does not do.
   s.name.store(name, std::memory_order_relaxed);
+  s.line.store(line, std::memory_order_relaxed);
   s.seq.store(seq, std::memory_order_release);
 }
 
-const char* ForwardOps::Lookup(uint64_t thread, int64_t seq) {
-  if (seq < 0) return nullptr;
+ForwardOps::Found ForwardOps::Lookup(uint64_t thread, int64_t seq) {
+  if (seq < 0) return {};
   Ring* r = FindRing(thread, false);
-  if (r == nullptr) return nullptr;
+  if (r == nullptr) return {};
   const Slot& s = r->slots[seq & (kSlots - 1)];
-  if (s.seq.load(std::memory_order_acquire) != seq) return nullptr;
-  return s.name.load(std::memory_order_relaxed);
+  if (s.seq.load(std::memory_order_acquire) != seq) return {};
+  return {s.name.load(std::memory_order_relaxed), s.line.load(std::memory_order_relaxed)};
+}
+
+const std::string* ForwardOps::InternLine(const std::string& line) {
+  static absl::Mutex mu(absl::kConstInit);
+  // Leaked on purpose: backward records read the lines until the process ends.
+  static auto* lines ABSL_GUARDED_BY(mu) = new absl::node_hash_set<std::string>();
+  absl::MutexLock lock(&mu);
+  return &*lines->insert(line).first;
 }
 
 }  // namespace nanhunt

@@ -3,18 +3,28 @@
 // A backward record carries the forward thread id and sequence number of
 // its node; the forward op's record carried the same sequence number when
 // it started. Each forward thread gets a ring of the last kSlots sequence
-// numbers; lookups that fell out of the ring return null.
+// numbers; lookups that fell out of the ring find nothing.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace nanhunt {
 
 class ForwardOps {
  public:
-  // `name` must live for the process (operator schema names do).
-  static void Record(uint64_t thread, int64_t seq, const char* name);
-  static const char* Lookup(uint64_t thread, int64_t seq);
+  struct Found {
+    const char* name = nullptr;
+    // The line it was called from, when captured (Monitor::ForwardLineWanted).
+    const std::string* line = nullptr;
+  };
+  // `name` and `line` (or null) must live for the process: operator schema
+  // names do, and lines come from InternLine.
+  static void Record(uint64_t thread, int64_t seq, const char* name,
+                     const std::string* line = nullptr);
+  static Found Lookup(uint64_t thread, int64_t seq);
+  // `line` kept for the process, once per distinct line.
+  static const std::string* InternLine(const std::string& line);
 };
 
 }  // namespace nanhunt

@@ -38,6 +38,7 @@
 #include "interpose/torch/python_api.h"
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/snapshot.h"
+#include "interpose/torch/source_location.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/tls_address.h"
 #include "interpose/torch/torch_compat.h"
@@ -62,6 +63,7 @@ struct Frame {
   FrameKind kind = FrameKind::kOther;
   const char* name = nullptr;
   const char* forward_op = nullptr;  // backward nodes
+  const std::string* forward_line = nullptr;  // backward nodes, when captured
   bool contains_finding = false;
   bool contains_warning = false;  // a nested op already warned (near-max)
   bool judged = false;  // the monitor judged this op's outputs
@@ -113,6 +115,7 @@ struct ThreadState {
     f.reads_garbage = false;
     f.deferred.clear();
     f.forward_op = nullptr;
+    f.forward_line = nullptr;
     return f;
   }
   // Index of the frame of `fn`, searched from the top; -1 if absent.
@@ -560,6 +563,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
 
   const char* top_op = nullptr;
   const char* forward_op = nullptr;
+  const std::string* forward_line = nullptr;
   Frame* parent = nullptr;
   Frame* top = nullptr;
   for (int i = index - 1; i >= 0; --i) {
@@ -570,6 +574,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
       if (parent == nullptr) parent = &f;
     } else if (f.kind == FrameKind::kBackwardNode && forward_op == nullptr) {
       forward_op = f.forward_op;
+      forward_line = f.forward_line;
     }
   }
   // The copy_ right inside _to_copy or clone, the fill_ inside zero_ or
@@ -598,6 +603,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.overload = torch_compat::OverloadName(fn);
   call.top_op = top_op ? top_op : "";
   call.forward_op = forward_op ? forward_op : "";
+  if (forward_line != nullptr) call.forward_source = *forward_line;
   call.grad_enabled = top != nullptr ? top->grad_at_start : c10::GradMode::is_enabled();
   call.phase = CurrentPhase(ts, call.grad_enabled, traits.scales_loss);
   call.takes_grad_input = takes_grad_input;
@@ -664,6 +670,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.grad_enabled = call.grad_enabled;
   event.takes_grad_input = takes_grad_input;
   event.forward_op = forward_op ? forward_op : "";
+  if (forward_line != nullptr) event.forward_source = *forward_line;
   event.outputs = ts.output_facts;
   event.contains_finding = frame.contains_finding;
   event.contains_warning = frame.contains_warning;
@@ -797,6 +804,17 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   ts.busy = false;
 }
 
+// The line a forward op named `name` is called from, for its backward ops'
+// findings, while the monitor wants it (Monitor::ForwardLineWanted); null
+// otherwise, or when no user frame is found.
+const std::string* ForwardLineIfWanted(ThreadState& ts, const char* name) {
+  if (!Session::Get()->monitor().ForwardLineWanted(name)) return nullptr;
+  ts.busy = true;  // reading the Python stack runs no op of the model's
+  const SourceLocation where = CaptureSourceLocation(*g_torch_dir);
+  ts.busy = false;
+  return where.source.empty() ? nullptr : ForwardOps::InternLine(where.source);
+}
+
 std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   if (!MonitoringActive() || g_failed.load(std::memory_order_relaxed)) {
     return nullptr;
@@ -823,7 +841,11 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         break;
       case at::RecordScope::BACKWARD_FUNCTION:
         f.kind = FrameKind::kBackwardNode;
-        f.forward_op = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
+        {
+          const ForwardOps::Found forward = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
+          f.forward_op = forward.name;
+          f.forward_line = forward.line;
+        }
         if (Session::Get()->monitor().watches_backward_nodes()) {
           Session::Get()->monitor().OnBackwardNode(fn.seqNr(), fn.forwardThreadId());
         }
@@ -857,7 +879,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           BeginStepAtTopLevelOp(fn, ts);
         }
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
-          ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name);
+          ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name, ForwardLineIfWanted(ts, f.name));
         }
         if (DeviceChecksHeld()) {
           // NANHUNT_GPU_BATCH: checks held back run before this op could

@@ -2,8 +2,8 @@
 import sqlite3
 
 import pytest
-from conftest import (DEMO, PYTHON, SCRIPTS, findings, nanhunt_run,
-                      preload_run, preload_script, view_json)
+from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, findings, nanhunt_run,
+                      preload_run, preload_script, run, view_json)
 
 
 def test_fp16_dot_overflow_is_an_origin_with_positive_infinity(out):
@@ -64,6 +64,31 @@ def test_backward_only_overflow_is_reported_in_backward_with_its_forward_op(out)
     assert first["phase"] == "backward"
     assert first["forward_op"] == "aten::div"
     assert first["posinf"] + first["neginf"] > 0
+
+
+def test_a_recurring_backward_overflow_names_the_line_of_its_forward_op(out):
+    # GradScaler's scaled gradients overflow in backward at 18 of 20 steps.
+    # A backward op runs after its forward op's line is gone, so nanhunt
+    # captures the forward op's line once a backward op of it overflowed or
+    # came near the limit: the first finding has none, the later ones have
+    # the line of the forward op (the out.float() cast's backward).
+    script = SCRIPTS / "oscillating_scaler.py"
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    lines = script.read_text().splitlines()
+    cast = f"{script}:{lines.index('    loss = torch.nn.functional.mse_loss(out.float(), y)') + 1} in <module>"
+    origins = [f for f in findings(out, "origin") if f["phase"] == "backward"]
+    assert origins[0]["step"] == 0 and origins[0]["source"] == "", origins[0]
+    later = [f for f in origins if f["step"] > 0 and f["op"] == "aten::_to_copy"]
+    assert later and all(f["forward_op"] == "aten::_to_copy" for f in later), later
+    assert all(f["source"] == cast for f in later), [f["source"] for f in later]
+    # The view gives the first origin the lines its later findings had.
+    first = view_json(out)["first_origin"]
+    assert first["step"] == 0 and first["source"] == "", first
+    assert cast in first["later_forward_lines"], first
+    text = run([NANHUNT, "view", out]).stdout
+    assert "forward op called at (lines of this backward op's findings from step 1 on):" in text
+    assert cast in text
 
 
 def test_nan_planted_in_the_data_batch_is_reported_as_input(out):

@@ -135,6 +135,22 @@ TEST_F(LateOpsTest, TheKernelsAnOpLaunchedGoWithItsFinding) {
   EXPECT_EQ(monitor_.first_origin()->kernels, "_Z4gemmPf<<<8,1,1>>>");
 }
 
+TEST_F(LateOpsTest, ABackwardOpsFindingHasItsForwardOpsLineAndWantsItForLater) {
+  auto op = Op(1, "aten::mm", 0);
+  op->phase = Phase::kBackward;
+  op->forward_op = "aten::addmm";
+  EXPECT_EQ(late_.OnResult(op.get(), 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.first_origin()->source, "");
+  EXPECT_TRUE(monitor_.ForwardLineWanted("aten::addmm"));
+  EXPECT_FALSE(late_.Wanted("aten::mm")) << "a backward op's own line is not the one to capture";
+  auto next = Op(2, "aten::mm", 1);
+  next->phase = Phase::kBackward;
+  next->forward_op = "aten::addmm";
+  next->forward_source = "model.py:12 in forward";  // captured at enqueue, interned
+  EXPECT_EQ(late_.OnResult(next.get(), 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.last_origin()->source, "model.py:12 in forward");
+}
+
 TEST_F(LateOpsTest, OutputShapesLeftToTheClassificationAreFormattedThere) {
   // The op's thread records sizes; the finding still says the shape.
   auto op = Op(1, "aten::bmm", 0);

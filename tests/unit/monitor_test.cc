@@ -380,6 +380,66 @@ TEST_F(MonitorTest, GradientsAGradScalerScalesNearTheLimitWarnOnlyInTheTrace) {
   ASSERT_EQ(told.size(), 1u);
 }
 
+// A backward op of the forward op addmm, with the one output `out`.
+OpEvent BackwardOfAddmm(const TensorFacts& out, absl::string_view forward_source = "") {
+  OpEvent e;
+  e.op = "aten::mm";
+  e.phase = Phase::kBackward;
+  e.forward_op = "aten::addmm";
+  e.forward_source = forward_source;
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  return e;
+}
+
+TEST_F(MonitorTest, ABackwardFindingsLineIsTheOneItsForwardOpWasCalledFrom) {
+  FakeContext ctx;  // its own line would be the loss.backward() call's
+  ctx.inputs = {Input(false, false)};
+  const TensorFacts inf = Fp16(2);
+  EXPECT_EQ(monitor_.OnOp(BackwardOfAddmm(inf, "model.py:12 in forward"), ctx),
+            Verdict::kOrigin);
+  ASSERT_TRUE(monitor_.first_origin().has_value());
+  EXPECT_EQ(monitor_.first_origin()->source, "model.py:12 in forward");
+  EXPECT_EQ(monitor_.first_origin()->forward_op, "aten::addmm");
+  EXPECT_EQ(ctx.source_calls, 0);
+}
+
+TEST_F(MonitorTest, ABackwardOriginWantsItsForwardOpsLineForTwentySteps) {
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  EXPECT_FALSE(monitor_.ForwardLineWanted("aten::addmm"));
+  const TensorFacts inf = Fp16(2);
+  EXPECT_EQ(monitor_.OnOp(BackwardOfAddmm(inf), ctx), Verdict::kOrigin);  // step 0
+  EXPECT_EQ(monitor_.first_origin()->source, "") << "not captured before it was wanted";
+  EXPECT_TRUE(monitor_.ForwardLineWanted("aten::addmm"));
+  EXPECT_FALSE(monitor_.ForwardLineWanted("aten::mm")) << "the backward op is not called from a line";
+  monitor_.OnOptimizerStepBegin();
+  monitor_.OnOptimizerStepEnd();
+  for (int step = 1; step <= Monitor::kForwardLineSteps; ++step) {
+    TrainedStep(monitor_, ctx);
+    EXPECT_EQ(monitor_.step(), step);
+    EXPECT_TRUE(monitor_.ForwardLineWanted("aten::addmm")) << "at step " << step;
+  }
+  // The next forward pass begins step 21.
+  IterationOp(monitor_, ctx, Phase::kForward, Fp16(0, 0x4000));
+  EXPECT_EQ(monitor_.step(), Monitor::kForwardLineSteps + 1);
+  EXPECT_FALSE(monitor_.ForwardLineWanted("aten::addmm"));
+}
+
+TEST_F(MonitorTest, OnlyUnscaledBackwardWarningsWantTheForwardOpsLine) {
+  config_.near_max = 16376;
+  FakeContext ctx;
+  TensorFacts near = Fp16(0, 0x7400);  // 16384
+  near.counts.near_max = 1;
+  OpEvent scaled = BackwardOfAddmm(near);
+  scaled.scaled_gradients = true;  // a GradScaler's, near the limit on purpose
+  EXPECT_EQ(monitor_.OnOp(scaled, ctx), Verdict::kWarned);
+  EXPECT_FALSE(monitor_.ForwardLineWanted("aten::addmm"));
+  TensorFacts nearer = Fp16(0, 0x7600);  // 24576: a quarter more, warned again
+  nearer.counts.near_max = 1;
+  EXPECT_EQ(monitor_.OnOp(BackwardOfAddmm(nearer), ctx), Verdict::kWarned);
+  EXPECT_TRUE(monitor_.ForwardLineWanted("aten::addmm"));
+}
+
 TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillIs) {
   // loss * 65536 in fp32: 416072, past fp16's limit on purpose.
   TensorFacts scaled;
