@@ -810,7 +810,8 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
 const std::string* ForwardLineIfWanted(ThreadState& ts, const char* name) {
   if (!Session::Get()->monitor().ForwardLineWanted(name)) return nullptr;
   ts.busy = true;  // reading the Python stack runs no op of the model's
-  const SourceLocation where = CaptureSourceLocation(*g_torch_dir);
+  // The innermost user frame only: the walk stops there.
+  const SourceLocation where = CaptureSourceLocation(*g_torch_dir, /*frames=*/1);
   ts.busy = false;
   return where.source.empty() ? nullptr : ForwardOps::InternLine(where.source);
 }

@@ -52,6 +52,8 @@ const PythonApi& Python() {
     Resolve(a.ThreadIdent, "PyThread_get_thread_ident", ok);
     Resolve(a.LongAsUnsignedLong, "PyLong_AsUnsignedLong", ok);
     Resolve(a.SetAsyncExc, "PyThreadState_SetAsyncExc", ok);
+    bool optional = true;
+    Resolve(a.FrameLasti, "PyFrame_GetLasti", optional);
     bool finalizing_ok = true;
     Resolve(a.IsFinalizing, "Py_IsFinalizing", finalizing_ok);
     if (!finalizing_ok) {

@@ -17,6 +17,9 @@ struct PythonApi {
   void* (*ThisThreadState)();
   void* (*GetFrame)();
   int (*FrameLine)(void*);
+  // PyFrame_GetLasti (3.11 on), null before: the instruction a frame is
+  // at, which names its line without scanning the line table.
+  int (*FrameLasti)(void*);
   void* (*FrameCode)(void*);
   void* (*FrameBack)(void*);
   void* (*GetAttr)(void*, const char*);

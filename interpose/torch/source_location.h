@@ -14,7 +14,8 @@ struct SourceLocation {
 
 // Frames under `skip_dir` (the torch package) are not the user's code.
 // Returns empty fields when no user frame can be found. Safe on any thread:
-// a thread without Python state gets the native stack.
-SourceLocation CaptureSourceLocation(const std::string& skip_dir);
+// a thread without Python state gets the native stack. At most `frames`
+// user frames: 1 stops the walk at the innermost (source only).
+SourceLocation CaptureSourceLocation(const std::string& skip_dir, int frames = 8);
 
 }  // namespace nanhunt
