@@ -1,7 +1,9 @@
 """Instructions one capture of a source line takes (the walk of the Python
 stack that names where an op was called from: for findings, and for the
 forward ops whose backward ops overflowed), counted by callgrind over the
-captures of bench/recurring_backward_overflow.py under nanhunt. Needs
+captures of tests/integration/scripts/oscillating_scaler.py with 12 hidden
+layers under nanhunt: its GradScaler overflows in backward at most steps,
+so that every autocast cast captures its line from step 1 on. Needs
 valgrind; about 4 minutes."""
 import argparse
 import os
@@ -31,7 +33,7 @@ def calls_to(dump, function_id):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--layers", type=int, default=12)
     p.add_argument("--lib", default=str(LIB), help="the preload library to count")
     args = p.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NANHUNT_")}
@@ -41,13 +43,14 @@ def main():
                    NANHUNT_EXIT_SUMMARY="0", OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
         subprocess.run(["valgrind", "--tool=callgrind", f"--toggle-collect={CAPTURE}",
                         f"--callgrind-out-file={out}", sys.executable,
-                        str(ROOT / "bench" / "recurring_backward_overflow.py"), str(args.steps)],
+                        str(ROOT / "tests" / "integration" / "scripts" / "oscillating_scaler.py"),
+                        str(args.layers)],
                        env=env, check=True, capture_output=True)
         dump = out.read_text(errors="replace")
     total = int(re.search(r"^summary: (\d+)", dump, re.M).group(1))
     function_id = re.search(r"^cfn=(\(\d+\)) nanhunt::CaptureSourceLocation", dump, re.M).group(1)
     captures = calls_to(dump, function_id)
-    print(f"line captures: {captures} over {args.steps} steps, "
+    print(f"line captures: {captures} over 20 steps, {args.layers} hidden layers, "
           f"{total / captures:,.0f} instructions a capture (callgrind)")
 
 
