@@ -318,9 +318,11 @@ class Monitor {
   // (not a GradScaler's scaled gradients, there on purpose) or made
   // inf/NaN from finite values. A backward op runs after its forward op's
   // line is gone, so the finding that opens the window has none; overflows
-  // recur, and the ones after it do. One load while no window is open.
-  bool ForwardLineWanted(absl::string_view op) {
-    return forward_lines_.Wanted(op, [this] { return step(); });
+  // recur, and the ones after it do. Asked at every forward op that makes
+  // an autograd node: one load while no window is open (the name is not
+  // even measured).
+  bool ForwardLineWanted(const char* op) {
+    return forward_lines_.AnyOpen() && forward_lines_.Wanted(op, [this] { return step(); });
   }
   static constexpr int64_t kForwardLineSteps = 20;
   // A top-level op may begin a step (StepTracker::step_may_begin): the

@@ -31,13 +31,17 @@ class WantedOps {
     }
   }
 
+  // Whether any op may be wanted now: one load, for callers that would
+  // otherwise build the name to ask with.
+  bool AnyOpen() const { return last_until_.load(std::memory_order_acquire) >= 0; }
+
   // Whether `op` is wanted now, `step_now()` being the step (asked only
   // while a window is open). Asked at every call of the ops that could
   // want a line: one load and no lock while no window is open, and again
   // once every window has closed.
   template <class StepNow>
   bool Wanted(absl::string_view op, StepNow&& step_now) {
-    if (last_until_.load(std::memory_order_acquire) < 0) return false;
+    if (!AnyOpen()) return false;
     const int64_t step = step_now();
     absl::MutexLock lock(&mu_);
     if (step > last_until_.load(std::memory_order_relaxed)) {

@@ -566,7 +566,7 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     }
     if (!f.source.empty()) {
       // A backward op's line is the one that called its forward op.
-      const bool forward_line = f.phase == "backward";
+      const bool forward_line = !f.forward_op.empty();
       absl::StrAppend(&out, forward_line ? "          forward op called at " : "          at ",
                       Fit(f.source, w - (forward_line ? 32 : 13)), "\n");
     } else if (!s.first_origin_later_lines.empty()) {
@@ -665,7 +665,7 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
         if (located == nullptr && !f->source.empty()) located = f;
       }
       if (located != nullptr) {
-        const bool forward_line = located->phase == "backward";
+        const bool forward_line = !located->forward_op.empty();
         absl::StrAppend(&out, forward_line ? "    forward op called at " : "    at ",
                         Fit(located->source, w - (forward_line ? 28 : 9)), "\n");
       }

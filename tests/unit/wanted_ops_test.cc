@@ -16,7 +16,9 @@ TEST(WantedOpsTest, NothingIsWantedUntilAsked) {
 
 TEST(WantedOpsTest, AnOpIsWantedUpToItsStepThenEveryWindowCloses) {
   WantedOps wanted;
+  EXPECT_FALSE(wanted.AnyOpen());
   wanted.Want("aten::addmm", 5);
+  EXPECT_TRUE(wanted.AnyOpen());
   EXPECT_TRUE(wanted.Wanted("aten::addmm", [] { return int64_t{3}; }));
   EXPECT_TRUE(wanted.Wanted("aten::addmm", [] { return int64_t{5}; }));
   EXPECT_FALSE(wanted.Wanted("aten::bmm", [] { return int64_t{3}; })) << "another op";
@@ -25,6 +27,7 @@ TEST(WantedOpsTest, AnOpIsWantedUpToItsStepThenEveryWindowCloses) {
   int steps_read = 0;
   EXPECT_FALSE(wanted.Wanted("aten::addmm", [&] { return ++steps_read, int64_t{4}; }));
   EXPECT_EQ(steps_read, 0);
+  EXPECT_FALSE(wanted.AnyOpen());
 }
 
 TEST(WantedOpsTest, ALaterWantExtendsTheWindowAndAnEarlierOneDoesNotShortenIt) {
