@@ -100,6 +100,7 @@ struct LateOp {
   bool loss_scaling = false;  // OpEvent::loss_scaling
   bool scaled_gradients = false;  // OpEvent::scaled_gradients
   bool others_unchecked = false;  // OpEvent::others_unchecked
+  bool enclosing_op_judges = true;  // OpEvent::enclosing_op_judges
   // One per output checked on the device, their addresses handed to the
   // library: filled before the first is taken, never grown after.
   absl::InlinedVector<ResultContext, 1> result_contexts;

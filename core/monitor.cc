@@ -577,7 +577,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   // Inside another op, a non-finite value nobody produced through the
   // dispatcher (a scalar the enclosing kernel computed and then passed to
   // fill_, say) comes from the enclosing op: let that op be judged.
-  if (verdict == Verdict::kInput && !e.top_op.empty()) {
+  if (verdict == Verdict::kInput && !e.top_op.empty() && e.enclosing_op_judges) {
     verdict = Verdict::kPropagated;
     for_enclosing_op = true;
   }

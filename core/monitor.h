@@ -133,6 +133,14 @@ struct OpEvent {
   // (ForwardLineWanted); their findings' source.
   absl::string_view forward_source;
   absl::Span<const TensorFacts> outputs;
+  // Some op around this one judges what it returns at its end. Not when
+  // each is a record named by a string (an autograd.Function's apply, a
+  // torch.compile region: no outputs to judge) or passes its input through
+  // (aten::to, which returns its _to_copy's result): non-finite values this
+  // op was given that no op made are then its own input finding, not left
+  // to an enclosing op that never judges them (they were "propagated" from
+  // nobody: data cast with .float() was a healthy run).
+  bool enclosing_op_judges = true;
   // An op nested inside this one was already an origin or an input finding:
   // this op's non-finite outputs come from there.
   bool contains_finding = false;

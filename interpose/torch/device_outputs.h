@@ -28,6 +28,7 @@ struct DeviceOpCall {
   absl::string_view forward_source;  // the forward op's line, when captured
   Phase phase = Phase::kForward;
   bool grad_enabled = true, takes_grad_input = false, top_level = false;
+  bool enclosing_op_judges = true;  // OpEvent::enclosing_op_judges
   uint64_t thread = 0;
   size_t kernel_mark = 0;  // DeviceKernelMark() at the op's start
 };

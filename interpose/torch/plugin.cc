@@ -528,6 +528,14 @@ std::vector<c10::IValue> WrittenArguments(const char* op, const std::vector<c10:
   return written;
 }
 
+// Whether the op of `frame` is judged by what it returns at its end: an
+// operator that computes (not a record named by a string, as an
+// autograd.Function's apply or a torch.compile region are, with no outputs;
+// not a view, as aten::to is of its _to_copy).
+bool JudgesAtItsEnd(const Frame& frame) {
+  return frame.traits != nullptr && frame.traits->handle && !frame.traits->view;
+}
+
 bool HasWorkAtEnd(const OpTraits& traits) {
   return !(traits.view || traits.uninitialised) || traits.scaler_update || traits.collective;
 }
@@ -566,12 +574,14 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   const std::string* forward_line = nullptr;
   Frame* parent = nullptr;
   Frame* top = nullptr;
+  bool enclosing_op_judges = false;
   for (int i = index - 1; i >= 0; --i) {
     Frame& f = ts.frames[i];
     if (f.kind == FrameKind::kOp) {
       top_op = f.name;
       top = &f;
       if (parent == nullptr) parent = &f;
+      enclosing_op_judges |= JudgesAtItsEnd(f);
     } else if (f.kind == FrameKind::kBackwardNode && forward_op == nullptr) {
       forward_op = f.forward_op;
       forward_line = f.forward_line;
@@ -608,6 +618,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.phase = CurrentPhase(ts, call.grad_enabled, traits.scales_loss);
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
+  call.enclosing_op_judges = enclosing_op_judges;
   call.thread = fn.threadId();
   call.kernel_mark = frame.kernel_mark;
   if (call.top_level) DeliverResultsBeforeIterationVerdict(call, *session);
@@ -679,6 +690,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.loss_scaling = TouchesLossScale(frame.inputs, outputs);
   event.scaled_gradients = ScaledGradients(event.phase);
   event.others_unchecked = OthersUnchecked(*session);
+  event.enclosing_op_judges = enclosing_op_judges;
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
                          monitor.limits(), *g_torch_dir);

@@ -91,15 +91,24 @@ def test_a_recurring_backward_overflow_names_the_line_of_its_forward_op(out):
     assert cast in text
 
 
-def test_nan_planted_in_the_data_batch_is_reported_as_input(out):
-    r = preload_run([PYTHON, SCRIPTS / "nan_in_batch.py"], out)
+@pytest.mark.parametrize("cast", [False, True], ids=["float32", "cast"])
+def test_nan_planted_in_the_data_batch_is_reported_as_input(out, cast):
+    # Cast with .float(), the first op to see the NaN is the _to_copy inside
+    # aten::to, which is never judged (a view of its _to_copy's result): the
+    # NaN was left to it, recorded as propagated from nobody, and the run
+    # was diagnosed healthy.
+    r = preload_run([PYTHON, SCRIPTS / "nan_in_batch.py"] + (["cast"] if cast else []), out)
     assert r.returncode == 0, r.stderr
     report = view_json(out)
     first = report["first_origin"]
     assert first["kind"] == "input", first
     assert first["step"] == 2
     assert first["nan"] > 0
+    if cast:
+        assert (first["op"], first["top_op"]) == ("aten::_to_copy", "aten::to"), first
+        assert first["source"].endswith("nan_in_batch.py:21 in <module>"), first
     assert findings(out, "origin") == []
+    assert report["diagnosis"]["title"] == "Non-finite values came in with the data, not from an op"
 
 
 def test_a_cast_overflow_in_a_checkpointed_block_is_named_in_forward(out):

@@ -1387,6 +1387,35 @@ TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) 
   EXPECT_FALSE(t->op_steps[1].mask);
 }
 
+// Values no op made, given to an op inside another, are the enclosing
+// op's to explain only if it is judged at its end: inside aten::to (a view
+// of its _to_copy's result) or a record named by a string (an
+// autograd.Function, a torch.compile region) they are the nested op's own
+// input finding. Left to them, data cast with .float() was "propagated"
+// from nobody and the run was called healthy.
+TEST_F(TracedMonitorTest, ValuesNoOpMadeInsideAnOpNeverJudgedAreAnInputFinding) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(/*nonfinite=*/true, /*produced_by_op=*/false)};
+  const TensorFacts out = Fp16(/*posinf=*/1);
+  OpEvent e;
+  e.op = "aten::_to_copy";
+  e.top_op = "aten::to";
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  std::optional<Deferral> deferral;
+  EXPECT_EQ(m.OnOp(e, ctx, &deferral), Verdict::kDeferred) << "aten::to judged: its call";
+  e.enclosing_op_judges = false;
+  deferral.reset();
+  EXPECT_EQ(m.OnOp(e, ctx, &deferral), Verdict::kInput);
+  EXPECT_FALSE(deferral.has_value());
+  ASSERT_TRUE(m.first_origin().has_value());
+  EXPECT_EQ(m.first_origin()->kind, "input");
+  EXPECT_EQ(m.first_origin()->op, "aten::_to_copy");
+  EXPECT_EQ(m.first_origin()->top_op, "aten::to");
+  // On the GPU path (no deferral) as well.
+  EXPECT_EQ(m.OnOp(e, ctx, nullptr), Verdict::kInput);
+}
+
 // One op both masks and computes: autocast's casts (_to_copy) next to the
 // cast of an additive mask, and of the inf that `x != inf` compares with
 // (isfinite, isinf, logsumexp). Its mask calls are a row of their own, so
