@@ -70,4 +70,8 @@ const std::string* ForwardOps::InternLine(const std::string& line) {
   return &*lines->insert(line).first;
 }
 
+const char* ForwardOps::InternName(const char* name) {
+  return InternLine(name)->c_str();
+}
+
 }  // namespace nanhunt

@@ -25,6 +25,10 @@ class ForwardOps {
   static Found Lookup(uint64_t thread, int64_t seq);
   // `line` kept for the process, once per distinct line.
   static const std::string* InternLine(const std::string& line);
+  // A record named by a string rather than an operator schema (a Python
+  // autograd.Function's apply, torch.compile's CompiledFunction) owns its
+  // name only while it runs: its backward looks the name up later.
+  static const char* InternName(const char* name);
 };
 
 }  // namespace nanhunt

@@ -891,14 +891,20 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
             (Session::Get()->monitor().may_give_up_iteration() && DeviceReadSinceIterationBegan())) {
           BeginStepAtTopLevelOp(fn, ts);
         }
+        const OpTraits& traits = TraitsOf(fn);
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
-          ForwardOps::Record(fn.threadId(), fn.seqNr(), f.name, ForwardLineIfWanted(ts, f.name));
+          // Schema names live for the process; a string-named record's
+          // (an autograd.Function's) only while it runs.
+          const char* forward_name =
+              traits.handle ? f.name : ForwardOps::InternName(f.name);
+          ForwardOps::Record(fn.threadId(), fn.seqNr(), forward_name,
+                             ForwardLineIfWanted(ts, forward_name));
         }
         if (DeviceChecksHeld()) {
           // NANHUNT_GPU_BATCH: checks held back run before this op could
           // change their tensors.
           ts.busy = true;
-          EnqueueHeldChecksBefore(fn, TraitsOf(fn));
+          EnqueueHeldChecksBefore(fn, traits);
           ts.busy = false;
         }
         if (!Sampled(*Session::Get(), f.name)) {
@@ -913,7 +919,6 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         const int64_t start_t0 = timed ? SelfTime::NowNs() : 0;
         f.cache_mark = CacheMark();
         f.kernel_mark = DeviceKernelMark();
-        const OpTraits& traits = TraitsOf(fn);
         f.traits = &traits;
         f.autocast_on = Session::Get()->live().fp32_in_use.load(std::memory_order_relaxed) &&
                         (at::autocast::is_autocast_enabled(at::kCPU) ||

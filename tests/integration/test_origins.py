@@ -329,3 +329,13 @@ def test_the_first_layers_overflow_is_in_the_step_its_forward_pass_begins(out, t
     first = j["first_origin"]
     assert (first["top_op"], first["phase"], first["step"]) == ("aten::linear", "forward", 3), first
     assert j["steps"] == 5
+
+
+
+def test_backward_findings_of_a_custom_autograd_function_name_it(out):
+    r = preload_run([PYTHON, SCRIPTS / "custom_function_overflow.py"], out)
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["kind"], first["phase"], first["step"]) == ("origin", "backward", 0), first
+    assert first["forward_op"] == "Blowup", first
+    assert "backward of Blowup" in r.stderr, r.stderr
