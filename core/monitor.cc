@@ -586,9 +586,10 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   if (verdict == Verdict::kInput && e.others_unchecked) {
     verdict = Verdict::kPropagated;
   }
-  const char* kind = verdict == Verdict::kOrigin  ? "origin"
-                     : verdict == Verdict::kInput ? "input"
-                                                  : "propagated";
+  const char* kind = verdict == Verdict::kOrigin                               ? "origin"
+                     : verdict == Verdict::kInput && !e.compiled_region.empty() ? "compiled"
+                     : verdict == Verdict::kInput                              ? "input"
+                                                                               : "propagated";
   if (for_enclosing_op && deferral != nullptr) {
     Deferral& d = deferral->emplace();
     d.op = std::string(e.op);
@@ -641,6 +642,12 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   }
   row.outputs = Describe(e.outputs);
   if (!inputs.empty()) row.inputs = Describe(inputs);
+  if (row.kind == "compiled") {
+    row.compiled_region = e.compiled_region_source.empty()
+                              ? std::string(e.compiled_region)
+                              : absl::StrCat(e.compiled_region, ", called at ",
+                                             e.compiled_region_source);
+  }
   if (verdict != Verdict::kPropagated) {
     if (e.phase != Phase::kBackward) {
       row.source = context.Source();
@@ -661,7 +668,11 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     if (notify_) {
       notify_(absl::StrFormat(
           "first non-finite values: %s %s (%s) at step %d%s%s%s",
-          verdict == Verdict::kOrigin ? "origin" : "input of", e.op,
+          verdict == Verdict::kOrigin ? "origin"
+          : row.kind == "compiled"
+              ? absl::StrCat("out of torch.compile's ", row.compiled_region, ", seen by")
+              : "input of",
+          e.op,
           PhaseName(e.phase), row.step,
           e.forward_op.empty() ? "" : absl::StrCat(", backward of ", e.forward_op),
           row.source.empty() ? "" : " — ", row.source));

@@ -141,6 +141,14 @@ struct OpEvent {
   // to an enclosing op that never judges them (they were "propagated" from
   // nobody: data cast with .float() was a healthy run).
   bool enclosing_op_judges = true;
+  // A torch.compile region (the name of its record, "Torch-Compiled Region:
+  // 0/0", or its backward's, "CompiledFunctionBackward") that ran on this
+  // thread since the last optimizer step, and the line it was called from (or
+  // empty). Its fused kernels write tensors no check reads: non-finite
+  // values no op made came out of it (made there, or given to it), not in
+  // with the data: a "compiled" finding, not an "input" one.
+  absl::string_view compiled_region;
+  absl::string_view compiled_region_source;
   // An op nested inside this one was already an origin or an input finding:
   // this op's non-finite outputs come from there.
   bool contains_finding = false;

@@ -33,6 +33,9 @@ struct FindingRow {
   std::optional<double> fp32_max_abs;  // the op recomputed in fp32
   std::string inputs, outputs, source, stack;
   std::string kernels;  // GPU kernels the op launched (CUPTI), "name<<<grid>>>; ..."
+  // A "compiled" finding's torch.compile region (OpEvent::compiled_region),
+  // and the line it was called from when known.
+  std::string compiled_region;
   int64_t thread = 0;
   double time = 0;
 };

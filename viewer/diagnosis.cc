@@ -99,6 +99,33 @@ Diagnosis NonFiniteInput(const RunSummary& s, const FindingRow& f) {
   return d;
 }
 
+// Non-finite values no checked op made, first seen after a torch.compile
+// region ran in the iteration: its fused kernels made them, or it was
+// given them. Not the data's fault by default, nor any op's nanhunt saw.
+Diagnosis CompiledRegionMade(const FindingRow& f) {
+  Diagnosis d;
+  d.kind = "compiled_region";
+  d.title = "Non-finite values came out of a torch.compile region";
+  d.op = f.op;
+  d.evidence.push_back(absl::StrCat(
+      "step ", f.step, ": ", f.op, " (", f.phase, ")",
+      f.source.empty() ? "" : ", at " + f.source,
+      ", was the first checked op given inf/NaN; no checked op had made them, and ",
+      f.compiled_region, " had run before it"));
+  if (!f.inputs.empty()) d.evidence.push_back("its inputs: " + f.inputs);
+  d.evidence.push_back(
+      "a compiled region runs fused kernels, not ops nanhunt checks one by one: it made "
+      "them, or was given them (a batch holding inf/NaN goes into a compiled model first)");
+  d.fixes.push_back(
+      "rerun with TORCHDYNAMO_DISABLE=1 (torch's switch, no code change): the region runs op "
+      "by op and nanhunt names the op that made them, with its line (a fused kernel keeps "
+      "fp16 intermediates in fp32, so the eager numbers differ a little)");
+  d.fixes.push_back(
+      "or keep the rest compiled and the suspect function eager: decorate it with "
+      "@torch.compiler.disable");
+  return d;
+}
+
 Diagnosis DiagnoseRun(const RunSummary& s);
 
 // Sample mode checks a share of op calls: inf/NaN handed to a checked op
@@ -327,6 +354,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     if (f.kind == "input") {
       return s.op_sampling.empty() ? NonFiniteInput(s, f) : UncheckedMaker(s, f);
     }
+    if (f.kind == "compiled") return CompiledRegionMade(f);
     // Steps a loss scaler skipped are no steps that dropped what they made,
     // nor are iterations given up on a non-finite loss: what made it is
     // what cost the program those iterations.

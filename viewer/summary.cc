@@ -24,8 +24,9 @@
 namespace nanhunt {
 namespace {
 
+// "compiled": an input that came out of a torch.compile region.
 bool IsFirstKind(const FindingRow& f) {
-  return f.kind == "origin" || f.kind == "input";
+  return f.kind == "origin" || f.kind == "input" || f.kind == "compiled";
 }
 
 // Earlier step first, then earlier in the step, then earlier in time.
@@ -168,7 +169,7 @@ std::optional<FindingRow> FoundInWindow(const std::vector<FindingRow>& findings,
   const FindingRow* warning = nullptr;
   for (const FindingRow& f : findings) {
     if (f.step < e.step || f.step > e.until_step) continue;
-    if (f.kind == "origin" || f.kind == "input") return f;
+    if (IsFirstKind(f)) return f;
     if (f.kind == "near_max" && warning == nullptr) warning = &f;
   }
   if (warning != nullptr) return *warning;
@@ -260,7 +261,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     }
     for (const FindingRow& f : t.findings) {
       if (f.kind == "origin") ++s.origins;
-      if (f.kind == "input") ++s.inputs;
+      if (f.kind == "input" || f.kind == "compiled") ++s.inputs;
       if (f.kind == "propagated") ++s.propagated;
       if (f.kind == "received") ++s.received;
       if (IsFirstKind(f) && (!s.first_origin || Before(f, *s.first_origin))) {
@@ -537,6 +538,14 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       absl::StrAppend(&out, FromMask(f) ? "          a mask's -inf (and finite inputs) gave "
                                         : "          finite inputs gave ",
                       f.dtype, " outputs with");
+    } else if (f.kind == "compiled") {
+      absl::StrAppend(&out, "  ", red, "compiled", reset, "  ", bold, OpLabel(f), reset, "  ",
+                      f.phase, "  step ", f.step,
+                      "\n          non-finite values came out of a torch.compile region "
+                      "(made there, or given to it);\n          this op was the first checked op "
+                      "to see them\n"
+                      "          region ",
+                      Fit(f.compiled_region, w - 17), "\n          outputs:");
     } else {
       absl::StrAppend(&out, "  ", red, "input", reset, "   ", bold, OpLabel(f),
                       reset, "  ", f.phase, "  step ", f.step,
@@ -889,6 +898,7 @@ std::string RenderJson(const RunSummary& s) {
     for (const std::string& line : s.first_origin_later_lines) j.String(line);
     j.EndArray();
     j.Key("kernels").String(ReadableKernels(f.kernels));
+    j.Key("compiled_region").String(f.compiled_region);
     j.Key("stack").String(f.stack);
     j.Key("inputs").String(f.inputs);
     j.Key("outputs").String(f.outputs);

@@ -80,6 +80,7 @@ FindingRow ReadFinding(sqlite3_stmt* s) {
   f.thread = sqlite3_column_int64(s, i++);
   f.time = sqlite3_column_double(s, i++);
   if (sqlite3_column_count(s) > i) f.kernels = Text(s, i++);  // schema 4
+  if (sqlite3_column_count(s) > i) f.compiled_region = Text(s, i++);  // schema 8
   return f;
 }
 
@@ -272,11 +273,13 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   Query(db, "meta", "SELECT key, value FROM meta",
         [&](sqlite3_stmt* s) { t.meta[Text(s, 0)] = Text(s, 1); }, t.problems);
   const bool has_kernels = HasColumn(db, "findings", "kernels");
+  const bool has_regions = has_kernels && HasColumn(db, "findings", "compiled_region");
   const std::string findings_sql = absl::StrCat(
       "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
       "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
       "inputs,outputs,source,stack,thread,time",
-      has_kernels ? ",kernels" : "", " FROM findings ORDER BY id");
+      has_kernels ? ",kernels" : "", has_regions ? ",compiled_region" : "",
+      " FROM findings ORDER BY id");
   Query(db, "findings", findings_sql.c_str(),
         [&](sqlite3_stmt* s) { t.findings.push_back(ReadFinding(s)); },
         t.problems);

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/op_policy.h"
 #include "core/self_time.h"
+#include "interpose/torch/compiled_regions.h"
 #include "interpose/torch/cuda_library.h"
 #include "interpose/torch/device_outputs.h"
 #include "interpose/torch/enqueue_checks.h"
@@ -619,6 +620,9 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
   call.enclosing_op_judges = enclosing_op_judges;
+  const CompiledRegionSeen region = CompiledRegionThisIteration();
+  call.compiled_region = region.name;
+  call.compiled_region_source = region.line;
   call.thread = fn.threadId();
   call.kernel_mark = frame.kernel_mark;
   if (call.top_level) DeliverResultsBeforeIterationVerdict(call, *session);
@@ -691,6 +695,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.scaled_gradients = ScaledGradients(event.phase);
   event.others_unchecked = OthersUnchecked(*session);
   event.enclosing_op_judges = enclosing_op_judges;
+  event.compiled_region = region.name;
+  event.compiled_region_source = region.line;
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
                          monitor.limits(), *g_torch_dir);
@@ -859,6 +865,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           f.forward_op = forward.name;
           f.forward_line = forward.line;
         }
+        // No line: the backward runs from loss.backward(), and its
+        // findings' source is the forward line when captured.
+        if (IsCompiledRegionRecord(f.name)) NoteCompiledRegion(f.name, {});
         if (Session::Get()->monitor().watches_backward_nodes()) {
           Session::Get()->monitor().OnBackwardNode(fn.seqNr(), fn.forwardThreadId());
         }
@@ -892,6 +901,11 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           BeginStepAtTopLevelOp(fn, ts);
         }
         const OpTraits& traits = TraitsOf(fn);
+        if (!traits.handle && IsCompiledRegionRecord(f.name)) {
+          ts.busy = true;  // reading the Python stack runs no op of the model's
+          NoteCompiledRegion(f.name, CaptureSourceLocation(*g_torch_dir, /*frames=*/1).source);
+          ts.busy = false;
+        }
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {
           // Schema names live for the process; a string-named record's
           // (an autograd.Function's) only while it runs.
@@ -979,6 +993,7 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
       switch (ts.frames[index].kind) {
         case FrameKind::kOptimizer:
           --ts.optimizer_depth;
+          NoteUpdateEnded();
           {
             // Whether the step's inf/NaN outlived it is asked only when
             // every op is checked: in sample mode an unsampled op may have

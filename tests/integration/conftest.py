@@ -56,6 +56,18 @@ def preload_run(cmd, out, timeout=300, **settings):
     return run(cmd, env=env, timeout=timeout)
 
 
+def compiled_runs(script, out, tmp_path):
+    """Runs a torch.compile script unmonitored, then under the preload, with
+    one fresh inductor cache: both succeed and print the same (bit-identical
+    losses). Returns the monitored run."""
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    plain = run([PYTHON, script], env=clean_env(**cache))
+    monitored = preload_run([PYTHON, script], out, **cache)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert monitored.stdout == plain.stdout, (monitored.stdout, plain.stdout)
+    return monitored, plain
+
+
 def preload_script(script, source, out, **settings):
     """Writes the Python program `source` to `script`, runs it under the
     preload (preload_run) and checks that it succeeded."""

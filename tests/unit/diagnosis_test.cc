@@ -127,6 +127,27 @@ TEST(Diagnosis, SampleModeCautionsThatItDoesNotFollowAProgramsScaler) {
   EXPECT_TRUE(d.fixes.empty());
 }
 
+// Inf/NaN no checked op made, first seen after a torch.compile region ran:
+// its fused kernels made them or it was given them; not "the data", and the
+// way to the op is running the region eagerly.
+TEST(Diagnosis, InfNanOutOfACompiledRegionAreNotCalledTheData) {
+  RunSummary s;
+  s.steps = 4;
+  FindingRow f = UpdateFinding("compiled", "aten::mean", 0);
+  f.phase = "forward";
+  f.compiled_region = "Torch-Compiled Region: 0/0, called at train.py:11 in <module>";
+  s.first_origin = f;
+  s.nonfinite_steps = {0, 1, 2, 3};
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "compiled_region");
+  EXPECT_EQ(d.title, "Non-finite values came out of a torch.compile region");
+  ASSERT_FALSE(d.evidence.empty());
+  EXPECT_NE(d.evidence[0].find("Torch-Compiled Region: 0/0, called at train.py:11"),
+            std::string::npos) << d.evidence[0];
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_NE(d.fixes[0].find("TORCHDYNAMO_DISABLE=1"), std::string::npos) << d.fixes[0];
+}
+
 // Sample mode checks a share of ops: inf/NaN going into a checked op that
 // no checked op made were as likely made by an unchecked one as by the
 // data. With every op checked they came from outside.

@@ -1416,6 +1416,43 @@ TEST_F(TracedMonitorTest, ValuesNoOpMadeInsideAnOpNeverJudgedAreAnInputFinding) 
   EXPECT_EQ(m.OnOp(e, ctx, nullptr), Verdict::kInput);
 }
 
+// After a torch.compile region ran in the iteration, values no checked op
+// made came out of it (its fused kernels write unseen): a "compiled"
+// finding that names the region, and the first one; data otherwise.
+TEST_F(TracedMonitorTest, ValuesNoOpMadeAfterACompiledRegionAreItsFinding) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(/*nonfinite=*/true, /*produced_by_op=*/false)};
+  const TensorFacts out = Fp16(/*posinf=*/1);
+  OpEvent e;
+  e.op = "aten::mean";
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  e.compiled_region = "Torch-Compiled Region: 0/0";
+  e.compiled_region_source = "train.py:11 in <module>";
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kInput);
+  ASSERT_TRUE(m.first_origin().has_value());
+  EXPECT_EQ(m.first_origin()->kind, "compiled");
+  EXPECT_EQ(m.first_origin()->compiled_region,
+            "Torch-Compiled Region: 0/0, called at train.py:11 in <module>");
+  // Made by a checked op, they are propagation, region or not.
+  FakeContext made;
+  made.inputs = {Input(/*nonfinite=*/true, /*produced_by_op=*/true)};
+  EXPECT_EQ(m.OnOp(e, made), Verdict::kPropagated);
+  // No region: the data's.
+  e.compiled_region = {};
+  e.compiled_region_source = {};
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kInput);
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 3u);
+  EXPECT_EQ(t->findings[0].kind, "compiled");
+  EXPECT_EQ(t->findings[0].compiled_region,
+            "Torch-Compiled Region: 0/0, called at train.py:11 in <module>");
+  EXPECT_EQ(t->findings[2].kind, "input");
+  EXPECT_EQ(t->findings[2].compiled_region, "");
+}
+
 // One op both masks and computes: autocast's casts (_to_copy) next to the
 // cast of an additive mask, and of the inf that `x != inf` compares with
 // (isfinite, isinf, logsumexp). Its mask calls are a row of their own, so
