@@ -642,7 +642,11 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   }
   row.outputs = Describe(e.outputs);
   if (!inputs.empty()) row.inputs = Describe(inputs);
-  if (row.kind == "compiled") {
+  // A GPU origin's inputs were not read: when a region ran before it, its
+  // inf may have come out of the region (said, not decided: the registry
+  // knows no memory the region wrote).
+  if (row.kind == "compiled" ||
+      (verdict == Verdict::kOrigin && e.late_step >= 0 && !e.compiled_region.empty())) {
     row.compiled_region = e.compiled_region_source.empty()
                               ? std::string(e.compiled_region)
                               : absl::StrCat(e.compiled_region, ", called at ",

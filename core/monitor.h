@@ -146,7 +146,8 @@ struct OpEvent {
   // thread since the last optimizer step, and the line it was called from (or
   // empty). Its fused kernels write tensors no check reads: non-finite
   // values no op made came out of it (made there, or given to it), not in
-  // with the data: a "compiled" finding, not an "input" one.
+  // with the data: a "compiled" finding, not an "input" one. A GPU origin,
+  // whose inputs no check read, keeps the region in its row too.
   absl::string_view compiled_region;
   absl::string_view compiled_region_source;
   // An op nested inside this one was already an origin or an input finding:

@@ -317,6 +317,23 @@ void AddSampleModeCaution(const RunSummary& s, Diagnosis& d) {
                  "run whose every overflow it skipped is healthy");
 }
 
+// A GPU origin after a torch.compile region: its check read its outputs,
+// not its inputs, and nothing read what the region's fused kernels wrote.
+void AddCompiledRegionCaution(const RunSummary& s, Diagnosis& d) {
+  if (!s.first_origin || s.first_origin->kind != "origin" ||
+      s.first_origin->compiled_region.empty() || d.kind == "healthy") {
+    return;
+  }
+  d.evidence.push_back(absl::StrCat(
+      s.first_origin->compiled_region, " ran before it in the iteration; on a GPU nanhunt "
+      "reads an op's outputs, not its inputs, and no check reads what a compiled region's "
+      "fused kernels write: if the region's outputs held inf/NaN already, this op only "
+      "passed them on"));
+  d.fixes.insert(d.fixes.begin(),
+                 "rerun with TORCHDYNAMO_DISABLE=1 (torch's switch, no code change) to tell: "
+                 "the region then runs op by op and nanhunt checks each of its ops");
+}
+
 }  // namespace
 
 // Iterations the program gave up on a non-finite loss (its own
@@ -342,6 +359,7 @@ Diagnosis Diagnose(const RunSummary& s) {
     d = DiagnoseRun(given_up);
   }
   AddSampleModeCaution(s, d);
+  AddCompiledRegionCaution(s, d);
   AddGivenUpEvidence(s, d);
   return d;
 }

@@ -569,6 +569,11 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       absl::StrAppend(&out, "          recomputed in fp32 the outputs are not finite either",
                       FromMask(f) ? " (a mask's -inf stays -inf)\n" : "\n");
     }
+    if (f.kind == "origin" && !f.compiled_region.empty()) {
+      absl::StrAppend(&out, "          after ", Fit(f.compiled_region, w - 16),
+                      "\n          (on a GPU its inputs were not read: the region may have made "
+                      "them)\n");
+    }
     if (!f.forward_op.empty()) {
       absl::StrAppend(&out, "          backward of forward op ", f.forward_op,
                       "\n");

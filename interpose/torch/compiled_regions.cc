@@ -1,7 +1,7 @@
 #include "interpose/torch/compiled_regions.h"
 
 #include <atomic>
-#include <cstdint>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "interpose/torch/forward_ops.h"
@@ -10,12 +10,6 @@ namespace nanhunt {
 namespace {
 
 std::atomic<uint64_t> g_updates{0};
-
-struct Seen {
-  CompiledRegionSeen region;
-  uint64_t updates = 0;  // g_updates when it began
-};
-thread_local Seen t_last;
 
 }  // namespace
 
@@ -27,23 +21,21 @@ bool IsCompiledRegionRecord(absl::string_view record_name) {
          record_name == "CompiledFunctionBackward";
 }
 
-void NoteCompiledRegion(absl::string_view name, absl::string_view line) {
+CompiledRegionSeen NoteCompiledRegion(absl::string_view name, absl::string_view line) {
   // Interned: a region runs once an iteration or so, from a handful of
   // compiled frames, and its record's name lives only while it runs.
-  t_last.region.name = *ForwardOps::InternLine(std::string(name));
-  t_last.region.line =
-      line.empty() ? absl::string_view() : *ForwardOps::InternLine(std::string(line));
-  t_last.updates = g_updates.load(std::memory_order_relaxed);
+  CompiledRegionSeen seen;
+  seen.name = *ForwardOps::InternLine(std::string(name));
+  if (!line.empty()) seen.line = *ForwardOps::InternLine(std::string(line));
+  seen.updates = g_updates.load(std::memory_order_relaxed);
+  return seen;
 }
 
 void NoteUpdateEnded() { g_updates.fetch_add(1, std::memory_order_relaxed); }
 
-CompiledRegionSeen CompiledRegionThisIteration() {
-  if (t_last.region.name.empty() ||
-      t_last.updates != g_updates.load(std::memory_order_relaxed)) {
-    return {};
-  }
-  return t_last.region;
+CompiledRegionSeen SinceLastUpdate(const CompiledRegionSeen& last) {
+  if (last.updates != g_updates.load(std::memory_order_relaxed)) return {};
+  return last;
 }
 
 }  // namespace nanhunt

@@ -8,7 +8,7 @@
 // after a region ran in the same iteration, came out of it.
 #pragma once
 
-#include <string>
+#include <cstdint>
 
 #include "absl/strings/string_view.h"
 
@@ -18,20 +18,27 @@ namespace nanhunt {
 // node that runs a compiled backward graph.
 bool IsCompiledRegionRecord(absl::string_view record_name);
 
-// This thread began region `name`; `line` is where it was called from, or
-// empty. Both copied.
-void NoteCompiledRegion(absl::string_view name, absl::string_view line);
+// The last region a thread began: its record's name and the line it was
+// called from (or empty), both living for the process. Kept in the
+// plugin's per-thread state, which every op reads already.
+struct CompiledRegionSeen {
+  absl::string_view name, line;
+  uint64_t updates = 0;  // optimizer steps ended before it began
+};
+
+// A region named `name`, called from `line`, begins now (both copied).
+CompiledRegionSeen NoteCompiledRegion(absl::string_view name, absl::string_view line);
 
 // An optimizer step ended: the next iteration's data comes in before any
 // region of it has run. Step numbers would not do: a model compiled whole
 // begins its step inside the region, at the first op that reads a weight.
 void NoteUpdateEnded();
 
-// The last region this thread began since the last optimizer step ended
-// (empty name when none); its strings live for the process.
-struct CompiledRegionSeen {
-  absl::string_view name, line;
-};
-CompiledRegionSeen CompiledRegionThisIteration();
+// `last` if it began since the last optimizer step ended, else no region.
+// Inline for the common case, a program that compiles nothing: one test.
+CompiledRegionSeen SinceLastUpdate(const CompiledRegionSeen& last);
+inline CompiledRegionSeen ThisIteration(const CompiledRegionSeen& last) {
+  return last.name.empty() ? CompiledRegionSeen() : SinceLastUpdate(last);
+}
 
 }  // namespace nanhunt

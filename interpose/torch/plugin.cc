@@ -104,6 +104,7 @@ struct ThreadState {
   int optimizer_depth = 0;
   std::vector<TensorFacts> output_facts;
   std::vector<at::Tensor> output_tensors;
+  CompiledRegionSeen compiled_region;  // the last this thread began
 
   Frame& Push() {
     if (depth >= kMaxDepth) depth = 0;
@@ -620,7 +621,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.takes_grad_input = takes_grad_input;
   call.top_level = top_op == nullptr;
   call.enclosing_op_judges = enclosing_op_judges;
-  const CompiledRegionSeen region = CompiledRegionThisIteration();
+  const CompiledRegionSeen region = ThisIteration(ts.compiled_region);
   call.compiled_region = region.name;
   call.compiled_region_source = region.line;
   call.thread = fn.threadId();
@@ -867,7 +868,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         }
         // No line: the backward runs from loss.backward(), and its
         // findings' source is the forward line when captured.
-        if (IsCompiledRegionRecord(f.name)) NoteCompiledRegion(f.name, {});
+        if (IsCompiledRegionRecord(f.name)) ts.compiled_region = NoteCompiledRegion(f.name, {});
         if (Session::Get()->monitor().watches_backward_nodes()) {
           Session::Get()->monitor().OnBackwardNode(fn.seqNr(), fn.forwardThreadId());
         }
@@ -903,7 +904,8 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         const OpTraits& traits = TraitsOf(fn);
         if (!traits.handle && IsCompiledRegionRecord(f.name)) {
           ts.busy = true;  // reading the Python stack runs no op of the model's
-          NoteCompiledRegion(f.name, CaptureSourceLocation(*g_torch_dir, /*frames=*/1).source);
+          ts.compiled_region =
+              NoteCompiledRegion(f.name, CaptureSourceLocation(*g_torch_dir, /*frames=*/1).source);
           ts.busy = false;
         }
         if (fn.seqNr() >= 0 && c10::GradMode::is_enabled()) {

@@ -148,6 +148,28 @@ TEST(Diagnosis, InfNanOutOfACompiledRegionAreNotCalledTheData) {
   EXPECT_NE(d.fixes[0].find("TORCHDYNAMO_DISABLE=1"), std::string::npos) << d.fixes[0];
 }
 
+// A GPU origin after a compiled region may only have passed on what the
+// region made (its inputs were not read): the diagnosis says so first.
+TEST(Diagnosis, AGpuOriginAfterACompiledRegionSaysTheRegionMayHaveMadeThem) {
+  RunSummary s;
+  s.steps = 4;
+  FindingRow f = UpdateFinding("origin", "aten::mean", 0);
+  f.phase = "forward";
+  s.first_origin = f;
+  s.nonfinite_steps = {0};
+  s.nonfinite_steps_kept = {0};  // the weights took them: an overflow to fix
+  const Diagnosis plain = Diagnose(s);
+  f.compiled_region = "Torch-Compiled Region: 0/0, called at train.py:11 in <module>";
+  s.first_origin = f;
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, plain.kind);
+  ASSERT_EQ(d.evidence.size(), plain.evidence.size() + 1) << d.kind << ": " << d.title;
+  EXPECT_NE(d.evidence.back().find("if the region's outputs held inf/NaN already"),
+            std::string::npos) << d.evidence.back();
+  ASSERT_EQ(d.fixes.size(), plain.fixes.size() + 1);
+  EXPECT_NE(d.fixes[0].find("TORCHDYNAMO_DISABLE=1"), std::string::npos) << d.fixes[0];
+}
+
 // Sample mode checks a share of ops: inf/NaN going into a checked op that
 // no checked op made were as likely made by an unchecked one as by the
 // data. With every op checked they came from outside.

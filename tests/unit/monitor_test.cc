@@ -1453,6 +1453,29 @@ TEST_F(TracedMonitorTest, ValuesNoOpMadeAfterACompiledRegionAreItsFinding) {
   EXPECT_EQ(t->findings[2].compiled_region, "");
 }
 
+// An origin read its inputs on the CPU: a region before it changes nothing.
+// A GPU origin's inputs were not read: its row keeps the region, for the
+// view to say that the region may have made them.
+TEST_F(TracedMonitorTest, AGpuOriginAfterACompiledRegionKeepsTheRegion) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  ctx.inputs = {Input(/*nonfinite=*/false, /*produced_by_op=*/false)};
+  const TensorFacts out = Fp16(/*posinf=*/1);
+  OpEvent e;
+  e.op = "aten::mean";
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  e.compiled_region = "Torch-Compiled Region: 0/0";
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kOrigin);
+  e.late_step = 0;
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kOrigin);
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 2u);
+  EXPECT_EQ(t->findings[0].compiled_region, "") << "on the CPU its inputs were read";
+  EXPECT_EQ(t->findings[1].compiled_region, "Torch-Compiled Region: 0/0");
+}
+
 // One op both masks and computes: autocast's casts (_to_copy) next to the
 // cast of an additive mask, and of the inf that `x != inf` compares with
 // (isfinite, isinf, logsumexp). Its mask calls are a row of their own, so

@@ -39,6 +39,31 @@ TEST(SummaryText, GradientsUnderALossScalerAreSaidToBeScaled) {
   EXPECT_NE(text.find("aten::mm  backward float16\n"), std::string::npos) << text;
 }
 
+// A "compiled" first finding names the region it came out of; a GPU
+// origin after a region says the region may have made what it passed on.
+TEST(SummaryText, TheFirstFindingNamesTheCompiledRegionBeforeIt) {
+  RunSummary s;
+  s.steps = 1;
+  FindingRow f;
+  f.kind = "compiled";
+  f.op = "aten::mean";
+  f.phase = "forward";
+  f.compiled_region = "Torch-Compiled Region: 0/0, called at train.py:11 in <module>";
+  s.first_origin = f;
+  std::string text = RenderText(s, 100, false);
+  EXPECT_NE(text.find("compiled  aten::mean  forward  step 0\n"
+                      "          non-finite values came out of a torch.compile region"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("          region Torch-Compiled Region: 0/0, called at train.py:11"),
+            std::string::npos) << text;
+  f.kind = "origin";
+  s.first_origin = f;
+  text = RenderText(s, 100, false);
+  EXPECT_NE(text.find("          after Torch-Compiled Region: 0/0, called at train.py:11 in "
+                      "<module>\n          (on a GPU its inputs were not read"),
+            std::string::npos) << text;
+}
+
 // Flash attention's label is longer than the width: the label is cut,
 // never the phase and dtype after it, in both warning sections.
 TEST(SummaryText, ALongOpLabelIsShortenedNotItsPhaseAndDtype) {
