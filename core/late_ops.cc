@@ -159,7 +159,6 @@ Verdict LateOps::Classify(LateOp* op) {
   event.others_unchecked = op->others_unchecked;
   event.enclosing_op_judges = op->enclosing_op_judges;
   event.compiled_region = op->compiled_region;
-  event.compiled_region_source = op->compiled_region_source;
   // Every result is in: this thread alone holds the op now.
   for (size_t i = 0; i < op->outputs.size() && i < op->output_sizes.size(); ++i) {
     if (op->outputs[i].shape.empty()) {

@@ -101,8 +101,8 @@ struct LateOp {
   bool scaled_gradients = false;  // OpEvent::scaled_gradients
   bool others_unchecked = false;  // OpEvent::others_unchecked
   bool enclosing_op_judges = true;  // OpEvent::enclosing_op_judges
-  // OpEvent::compiled_region and its line: interned, live for the process.
-  absl::string_view compiled_region, compiled_region_source;
+  // OpEvent::compiled_region: interned, lives for the process.
+  absl::string_view compiled_region;
   // One per output checked on the device, their addresses handed to the
   // library: filled before the first is taken, never grown after.
   absl::InlinedVector<ResultContext, 1> result_contexts;

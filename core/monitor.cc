@@ -647,10 +647,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   // knows no memory the region wrote).
   if (row.kind == "compiled" ||
       (verdict == Verdict::kOrigin && e.late_step >= 0 && !e.compiled_region.empty())) {
-    row.compiled_region = e.compiled_region_source.empty()
-                              ? std::string(e.compiled_region)
-                              : absl::StrCat(e.compiled_region, ", called at ",
-                                             e.compiled_region_source);
+    row.compiled_region = std::string(e.compiled_region);
   }
   if (verdict != Verdict::kPropagated) {
     if (e.phase != Phase::kBackward) {

@@ -60,7 +60,7 @@ std::optional<OutOfRange> FirstOutOfRange(const std::vector<Trace>& traces) {
   r.max_abs = best->nonfinite > 0 ? INFINITY : best->max_abs;
   for (const Trace& t : traces) {
     for (const FindingRow& f : t.findings) {
-      if ((f.kind == "origin" || f.kind == "input" || f.kind == "compiled") && f.step == r.step &&
+      if (BeganHere(f) && f.step == r.step &&
           LowPrecision(f.dtype)) {
         r.op = f.op;
         r.top_op = f.top_op == f.op ? "" : f.top_op;

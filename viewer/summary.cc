@@ -24,11 +24,6 @@
 namespace nanhunt {
 namespace {
 
-// "compiled": an input that came out of a torch.compile region.
-bool IsFirstKind(const FindingRow& f) {
-  return f.kind == "origin" || f.kind == "input" || f.kind == "compiled";
-}
-
 // Earlier step first, then earlier in the step, then earlier in time.
 bool Before(const FindingRow& a, const FindingRow& b) {
   if (a.step != b.step) return a.step < b.step;
@@ -169,7 +164,7 @@ std::optional<FindingRow> FoundInWindow(const std::vector<FindingRow>& findings,
   const FindingRow* warning = nullptr;
   for (const FindingRow& f : findings) {
     if (f.step < e.step || f.step > e.until_step) continue;
-    if (IsFirstKind(f)) return f;
+    if (BeganHere(f)) return f;
     if (f.kind == "near_max" && warning == nullptr) warning = &f;
   }
   if (warning != nullptr) return *warning;
@@ -219,6 +214,10 @@ std::string TimesFp16Max(double v) {
   return r < 100 ? absl::StrFormat("%.2fx", r) : absl::StrFormat("%.3gx", r);
 }
 
+bool BeganHere(const FindingRow& f) {
+  return f.kind == "origin" || f.kind == "input" || f.kind == "compiled";
+}
+
 RunSummary Summarise(const std::vector<Trace>& traces) {
   RunSummary s;
   std::set<std::string> commands, dtypes, settings;
@@ -264,7 +263,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (f.kind == "input" || f.kind == "compiled") ++s.inputs;
       if (f.kind == "propagated") ++s.propagated;
       if (f.kind == "received") ++s.received;
-      if (IsFirstKind(f) && (!s.first_origin || Before(f, *s.first_origin))) {
+      if (BeganHere(f) && (!s.first_origin || Before(f, *s.first_origin))) {
         s.first_origin = f;
         s.first_origin_trace = t.path;
         auto rank = t.meta.find("rank");
@@ -273,7 +272,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (f.kind == "received" && (!s.first_received || Before(f, *s.first_received))) {
         s.first_received = f;
       }
-      if (IsFirstKind(f) && (!s.first_given_up || Before(f, *s.first_given_up)) &&
+      if (BeganHere(f) && (!s.first_given_up || Before(f, *s.first_given_up)) &&
           std::find(t.given_up_steps.begin(), t.given_up_steps.end(), f.step) !=
               t.given_up_steps.end()) {
         s.first_given_up = f;
@@ -283,7 +282,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     if (auto rank = t.meta.find("rank"); rank != t.meta.end()) {
       const FindingRow* first = nullptr;
       for (const FindingRow& f : t.findings) {
-        if ((IsFirstKind(f) || f.kind == "received") && (!first || Before(f, *first))) {
+        if ((BeganHere(f) || f.kind == "received") && (!first || Before(f, *first))) {
           first = &f;
         }
       }

@@ -110,6 +110,10 @@ struct RunSummary {
 
 RunSummary Summarise(const std::vector<Trace>& traces);
 
+// A finding where non-finite values began in this process: an origin, an
+// input, or an input that came out of a torch.compile region ("compiled").
+bool BeganHere(const FindingRow& f);
+
 // What the run's steps are called after their count: " step(s)", or
 // " forward pass(es)" where no process trained (RunSummary::forward_passes).
 const char* StepNoun(const RunSummary& s);

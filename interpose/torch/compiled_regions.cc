@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "interpose/torch/forward_ops.h"
 
 namespace nanhunt {
@@ -25,8 +26,8 @@ CompiledRegionSeen NoteCompiledRegion(absl::string_view name, absl::string_view 
   // Interned: a region runs once an iteration or so, from a handful of
   // compiled frames, and its record's name lives only while it runs.
   CompiledRegionSeen seen;
-  seen.name = *ForwardOps::InternLine(std::string(name));
-  if (!line.empty()) seen.line = *ForwardOps::InternLine(std::string(line));
+  seen.label = *ForwardOps::InternLine(
+      line.empty() ? std::string(name) : absl::StrCat(name, ", called at ", line));
   seen.updates = g_updates.load(std::memory_order_relaxed);
   return seen;
 }

@@ -129,7 +129,6 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->forward_source = call.forward_source;
   op->enclosing_op_judges = call.enclosing_op_judges;
   op->compiled_region = call.compiled_region;
-  op->compiled_region_source = call.compiled_region_source;
   op->grad_enabled = call.grad_enabled;
   op->takes_grad_input = call.takes_grad_input;
   op->thread = call.thread;

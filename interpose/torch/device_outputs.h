@@ -29,8 +29,7 @@ struct DeviceOpCall {
   Phase phase = Phase::kForward;
   bool grad_enabled = true, takes_grad_input = false, top_level = false;
   bool enclosing_op_judges = true;  // OpEvent::enclosing_op_judges
-  // OpEvent::compiled_region and its line, interned (live for the process).
-  absl::string_view compiled_region, compiled_region_source;
+  absl::string_view compiled_region;  // OpEvent::compiled_region, interned
   uint64_t thread = 0;
   size_t kernel_mark = 0;  // DeviceKernelMark() at the op's start
 };

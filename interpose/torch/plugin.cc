@@ -622,8 +622,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.top_level = top_op == nullptr;
   call.enclosing_op_judges = enclosing_op_judges;
   const CompiledRegionSeen region = ThisIteration(ts.compiled_region);
-  call.compiled_region = region.name;
-  call.compiled_region_source = region.line;
+  call.compiled_region = region.label;
   call.thread = fn.threadId();
   call.kernel_mark = frame.kernel_mark;
   if (call.top_level) DeliverResultsBeforeIterationVerdict(call, *session);
@@ -696,8 +695,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.scaled_gradients = ScaledGradients(event.phase);
   event.others_unchecked = OthersUnchecked(*session);
   event.enclosing_op_judges = enclosing_op_judges;
-  event.compiled_region = region.name;
-  event.compiled_region_source = region.line;
+  event.compiled_region = region.label;
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
                          monitor.limits(), *g_torch_dir);

@@ -1427,8 +1427,7 @@ TEST_F(TracedMonitorTest, ValuesNoOpMadeAfterACompiledRegionAreItsFinding) {
   OpEvent e;
   e.op = "aten::mean";
   e.outputs = absl::MakeConstSpan(&out, 1);
-  e.compiled_region = "Torch-Compiled Region: 0/0";
-  e.compiled_region_source = "train.py:11 in <module>";
+  e.compiled_region = "Torch-Compiled Region: 0/0, called at train.py:11 in <module>";
   EXPECT_EQ(m.OnOp(e, ctx), Verdict::kInput);
   ASSERT_TRUE(m.first_origin().has_value());
   EXPECT_EQ(m.first_origin()->kind, "compiled");
@@ -1440,7 +1439,6 @@ TEST_F(TracedMonitorTest, ValuesNoOpMadeAfterACompiledRegionAreItsFinding) {
   EXPECT_EQ(m.OnOp(e, made), Verdict::kPropagated);
   // No region: the data's.
   e.compiled_region = {};
-  e.compiled_region_source = {};
   EXPECT_EQ(m.OnOp(e, ctx), Verdict::kInput);
   m.FlushStep();
   auto t = CloseAndRead();
