@@ -96,7 +96,7 @@ std::string HostUncheckedReasons(const std::vector<UncheckedRow>& rows) {
   }
   std::vector<std::string> why;
   if (unreadable || !later) {
-    why.push_back("sparse or other non-CPU tensors the check does not read");
+    why.push_back("tensors the check does not read: mkldnn, other devices', sparse ones on a GPU");
   }
   if (later) why.push_back("copies from a GPU with non_blocking=True, whose values land after the op");
   return absl::StrJoin(why, "; ");

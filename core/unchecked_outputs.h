@@ -25,7 +25,7 @@ enum class UncheckedReason : uint8_t {
   kNotEnqueued,   // the GPU check could not be enqueued
   kReleased,      // held back for a batch, its memory went first
   kGpuPathOff,    // libnanhunt_cuda.so did not load
-  kUnreadable,    // sparse or other tensors the check does not read
+  kUnreadable,    // mkldnn, other devices', sparse on a GPU: not read
   kArrivesLater,  // copied from a GPU with non_blocking=True: not there at the op's end
 };
 

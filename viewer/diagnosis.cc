@@ -23,6 +23,13 @@ bool IsMatmul(absl::string_view op) {
   return false;
 }
 
+// Coalescing a sparse gradient (SparseAdam, Adagrad, clip_grad_norm_ do)
+// sums the rows of indices that came more than once: a token repeated
+// across a batch adds up its gradients in the weights' dtype.
+bool IsSparseCoalesce(absl::string_view op) {
+  return op == "aten::_coalesce" || op == "aten::coalesce";
+}
+
 bool IsReduction(absl::string_view op) {
   for (const char* r : {"aten::exp", "aten::sum", "aten::pow", "aten::log",
                         "aten::mean", "aten::mse_loss", "aten::var", "aten::norm",
@@ -278,6 +285,15 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
       "finite"));
   AddWarningTrend(s, f, d);
   AddScalerEvidence(s, SkipsOf(s), d);
+  if (IsSparseCoalesce(f.op)) {
+    d.evidence.push_back(absl::StrCat(
+        "a sparse gradient was coalesced: the gradients of an index that came more than "
+        "once (a frequent token) were summed in ", f.dtype));
+    d.fixes.push_back(absl::StrCat(
+        "keep the sparse parameters (nn.Embedding(..., sparse=True)) in fp32 rather than ",
+        f.dtype, ": autocast computes in fp16 from fp32 weights, whose sparse gradients "
+        "are then summed in fp32"));
+  }
   d.fixes.push_back(
       "use loss scaling with skipping: torch.amp.GradScaler, or "
       "NANHUNT_SKIP_NONFINITE_STEPS=1 now, so a bad step is skipped instead "

@@ -1,6 +1,8 @@
 #include "interpose/torch/op_check.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseTensorImpl.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -80,8 +82,29 @@ std::atomic<size_t> g_nonfinite_size{0};
 
 }  // namespace
 
+namespace {
+
+// A sparse tensor's values (COO: a row per stored index; CSR and the other
+// compressed layouts: an element or block per stored index) are a dense
+// tensor of their own: what the check reads and the storage it tracks.
+bool IsSparse(const at::Tensor& t) {
+  return t.defined() && (t.is_sparse() || t.unsafeGetTensorImpl()->is_sparse_compressed());
+}
+
+at::Tensor StoredValues(const at::Tensor& sparse) {
+  // Read from the TensorImpl: _values() and values() are ops, which our
+  // callbacks would see.
+  if (sparse.is_sparse()) {
+    return static_cast<at::SparseTensorImpl*>(sparse.unsafeGetTensorImpl())->values();
+  }
+  return static_cast<at::SparseCsrTensorImpl*>(sparse.unsafeGetTensorImpl())->values();
+}
+
+}  // namespace
+
 const void* StorageKey(const at::Tensor& t) {
-  return t.has_storage() ? t.storage().data() : nullptr;
+  if (t.has_storage()) return t.storage().data();
+  return IsSparse(t) ? StorageKey(StoredValues(t)) : nullptr;
 }
 
 namespace {
@@ -422,9 +445,28 @@ bool WithoutOwnMemory(const at::Tensor& t) {
        c10::DispatchKey::FuncTorchGradWrapper}));
 }
 
+namespace {
+
+absl::string_view SparseLayoutName(c10::Layout layout) {
+  switch (layout) {
+    case c10::kSparseCsr: return "sparse CSR";
+    case c10::kSparseCsc: return "sparse CSC";
+    case c10::kSparseBsr: return "sparse BSR";
+    case c10::kSparseBsc: return "sparse BSC";
+    default: return "sparse";
+  }
+}
+
+}  // namespace
+
 std::string ShapeOf(const at::Tensor& t) {
   if (t.is_nested()) return NestedShapeOf(ComponentsOf(t));
-  return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+  std::string shape = absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+  if (IsSparse(t)) {
+    absl::StrAppend(&shape, " (", SparseLayoutName(t.layout()), ", ",
+                    StoredValues(t).numel(), " values stored)");
+  }
+  return shape;
 }
 
 namespace {
@@ -449,6 +491,13 @@ void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
                  TensorFacts& facts, CacheUse cache, uint64_t reuse_after) {
   if (!t.defined()) return false;
+  if (IsSparse(t)) {
+    // Its values are a dense tensor of their own. Not cached: sparse ops
+    // may give a tensor new values, or write them below the autograd layer.
+    if (!CheckTensor(StoredValues(t), limits, facts)) return false;
+    facts.shape = ShapeOf(t);
+    return true;
+  }
   const auto format = torch_compat::FormatOf(t.scalar_type());
   if (!format || WithoutOwnMemory(t) || !InHostMemory(t)) return false;
   facts.format = *format;
@@ -577,6 +626,11 @@ void Remember(const void* key, StorageState state, StorageIdentity identity) {
 }  // namespace
 
 void RememberChecked(const at::Tensor& t, StorageState state) {
+  if (IsSparse(t)) {
+    const at::Tensor values = StoredValues(t);
+    Remember(StorageKey(values), state, StorageIdentity{&values, nullptr});
+    return;
+  }
   Remember(StorageKey(t), state, StorageIdentity{&t, nullptr});
 }
 
@@ -707,10 +761,17 @@ void ForgetWholeStorages(const std::vector<c10::IValue>& outputs) {
   if (g_nonfinite_size.load(std::memory_order_relaxed) == 0) return;
   for (const c10::IValue& v : outputs) {
     ForEachTensor(v, [&](const at::Tensor& t) {
-      if (!t.defined() || !t.has_storage()) return;
-      const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-      if (t.storage_offset() == 0 && bytes == t.storage().nbytes()) {
-        RememberChecked(t, StorageState::kFinite);
+      auto forget_whole = [](const at::Tensor& dense) {
+        if (!dense.defined() || !dense.has_storage()) return;
+        const size_t bytes = static_cast<size_t>(dense.numel()) * dense.element_size();
+        if (dense.storage_offset() == 0 && bytes == dense.storage().nbytes()) {
+          RememberChecked(dense, StorageState::kFinite);
+        }
+      };
+      if (IsSparse(t)) {
+        forget_whole(StoredValues(t));
+      } else {
+        forget_whole(t);
       }
     });
   }

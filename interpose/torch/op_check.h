@@ -75,11 +75,13 @@ bool CopiedFromGpuLater(const std::vector<c10::IValue>& inputs, const OpTraits& 
 bool WithoutOwnMemory(const at::Tensor& t);
 
 // "[4, 16]"; a nested tensor's "[3, 3..5, 16] (nested)" (its components'
-// count, then each dimension's size or range).
+// count, then each dimension's size or range); a sparse tensor's
+// "[100, 8] (sparse, 16 values stored)" (the values its counts are of).
 std::string ShapeOf(const at::Tensor& t);
 
-// Checks a floating-point tensor in host memory. False for tensors the
-// check skips (other devices, layouts, integer dtypes); counting those
+// Checks a floating-point tensor in host memory (a sparse one's stored
+// values). False for tensors the check skips (other devices and layouts,
+// integer dtypes); counting those
 // that are outputs is the caller's business (CountIfUnreadable).
 // With kReuse, only results remembered after `reuse_after` (a CacheMark)
 // are reused.

@@ -70,3 +70,42 @@ def test_vmap_and_grad_are_checked_where_they_compute(out, tmp_path):
     # The wrappers vmap and grad hand their functions hold no values of
     # their own: nothing unread to report.
     assert report["unchecked_ops"] == [], report["unchecked_ops"]
+
+
+SPARSE = SCRIPTS / "sparse_embedding_overflow.py"
+
+
+def test_a_sparse_gradient_that_overflows_when_coalesced_is_the_origin(out):
+    # The values of sparse tensors are read: the coalesce that sums a
+    # frequent token's gradient rows is where inf begins, not the
+    # optimizer's arithmetic after it ("came in with the data", before).
+    plain = run([PYTHON, SPARSE])
+    monitored = preload_run([PYTHON, SPARSE], out)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert monitored.stdout == plain.stdout
+    report = view_json(out)
+    origin = report["first_origin"]
+    assert (origin["kind"], origin["op"], origin["top_op"], origin["phase"], origin["step"]) == (
+        "origin", "aten::_coalesce", "aten::coalesce", "optimizer", 2), origin
+    assert origin["fp32_max_abs"] == 100000, origin  # 2000 rows of 50
+    assert origin["inputs"].startswith(
+        "#0 float16[100, 8] (sparse, 16000 values stored) max|x|=50"), origin
+    assert origin["outputs"].startswith("float16[100, 8] (sparse, 8 values stored)"), origin
+    diagnosis = report["diagnosis"]
+    assert diagnosis["kind"] == "backward_overflow", diagnosis
+    assert any("summed in float16" in e for e in diagnosis["evidence"]), diagnosis
+    assert "nn.Embedding(..., sparse=True)" in diagnosis["fixes"][0], diagnosis
+    assert report["unchecked_ops"] == [], report["unchecked_ops"]
+
+
+def test_an_overflow_in_a_sparse_csr_tensor_is_found_in_its_values(out):
+    r = preload_run([PYTHON, SPARSE, "csr"], out)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    origin = report["first_origin"]
+    assert (origin["op"], origin["top_op"], origin["step"]) == ("aten::mul", "aten::mul", 0), origin
+    assert origin["source"].endswith("sparse_embedding_overflow.py:30 in scale_csr"), origin
+    outer = [f for f in findings(out, "propagated") if f["op"] == "aten::mul" and f["top_op"] == ""]
+    assert outer[0]["outputs"].startswith(
+        "float16[4, 4] (sparse CSR, 16 values stored) max|x|=inf +inf=16"), outer
+    assert report["unchecked_ops"] == [], report["unchecked_ops"]

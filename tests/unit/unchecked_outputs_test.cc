@@ -68,13 +68,13 @@ TEST(UncheckedOutputsTest, TheDescriptionNamesTheLargestOpsOfTheReasonsAsked) {
   u.Add("aten::relu", Phase::kForward, UncheckedReason::kGraphCapture, 1, 5);
   u.Add("aten::gelu", Phase::kForward, UncheckedReason::kGraphCapture, 1, 4);
   u.Add("aten::mul", Phase::kForward, UncheckedReason::kGraphCapture, 1, 3);
-  u.Add("aten::to_sparse", Phase::kForward, UncheckedReason::kUnreadable, 1, 500);
+  u.Add("aten::to_mkldnn", Phase::kForward, UncheckedReason::kUnreadable, 1, 500);
   const std::vector<UncheckedRow> rows = u.Rows();
   const UncheckedReason captured[] = {UncheckedReason::kGraphCapture};
   EXPECT_EQ(DescribeUncheckedOps(rows, captured),
             "aten::mm (forward) 96, aten::add_ (optimizer) 48, aten::relu (forward) 5 "
             "and 2 other ops");
-  EXPECT_EQ(DescribeUncheckedOps(rows, kCountedUnchecked), "aten::to_sparse (forward) 500");
+  EXPECT_EQ(DescribeUncheckedOps(rows, kCountedUnchecked), "aten::to_mkldnn (forward) 500");
   const UncheckedReason released[] = {UncheckedReason::kReleased};
   EXPECT_EQ(DescribeUncheckedOps(rows, released), "");
 }
@@ -91,15 +91,15 @@ TEST(UncheckedOutputsTest, AnOpUncheckedForTwoCountedReasonsIsNamedOnce) {
 TEST(UncheckedOutputsTest, TheHostsReasonSaysWhichKindsOfOutputWentUnchecked) {
   UncheckedOutputs u;
   EXPECT_EQ(HostUncheckedReasons(u.Rows()),
-            "sparse or other non-CPU tensors the check does not read");
+            "tensors the check does not read: mkldnn, other devices', sparse ones on a GPU");
   u.Add("aten::copy_", Phase::kOptimizer, UncheckedReason::kArrivesLater, 1, 2);
   EXPECT_EQ(HostUncheckedReasons(u.Rows()),
             "copies from a GPU with non_blocking=True, whose values land after the op");
   EXPECT_EQ(UncheckedReasonName(UncheckedReason::kArrivesLater), "copied_from_gpu_async");
-  u.Add("aten::to_sparse", Phase::kForward, UncheckedReason::kUnreadable, 1, 1);
+  u.Add("aten::to_mkldnn", Phase::kForward, UncheckedReason::kUnreadable, 1, 1);
   EXPECT_EQ(HostUncheckedReasons(u.Rows()),
-            "sparse or other non-CPU tensors the check does not read; copies from a "
-            "GPU with non_blocking=True, whose values land after the op");
+            "tensors the check does not read: mkldnn, other devices', sparse ones on a GPU; "
+            "copies from a GPU with non_blocking=True, whose values land after the op");
 }
 
 }  // namespace
