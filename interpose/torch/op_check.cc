@@ -445,7 +445,20 @@ bool WithoutOwnMemory(const at::Tensor& t) {
        c10::DispatchKey::FuncTorchGradWrapper}));
 }
 
+std::optional<Format> FormatOfValues(at::ScalarType dtype) {
+  if (c10::isComplexType(dtype)) return torch_compat::FormatOf(c10::toRealValueType(dtype));
+  return torch_compat::FormatOf(dtype);
+}
+
 namespace {
+
+absl::string_view ComplexName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kComplexHalf: return "complex32";
+    case at::kComplexFloat: return "complex64";
+    default: return "complex128";
+  }
+}
 
 absl::string_view SparseLayoutName(c10::Layout layout) {
   switch (layout) {
@@ -462,6 +475,10 @@ absl::string_view SparseLayoutName(c10::Layout layout) {
 std::string ShapeOf(const at::Tensor& t) {
   if (t.is_nested()) return NestedShapeOf(ComponentsOf(t));
   std::string shape = absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
+  if (t.is_complex() && !IsSparse(t)) {
+    absl::StrAppend(&shape, " (", ComplexName(t.scalar_type()), ": ", 2 * t.numel(),
+                    " real and imaginary parts)");
+  }
   if (IsSparse(t)) {
     absl::StrAppend(&shape, " (", SparseLayoutName(t.layout()), ", ",
                     StoredValues(t).numel(), " values stored)");
@@ -482,7 +499,7 @@ void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
   // sparse...): counted, so that no report claims "all finite" about
   // values nobody looked at. Meta tensors hold no values to see: they are
   // how torch.compile and FakeTensorMode work out shapes while tracing.
-  if (!owner.outputs_are_nested_ops && t.defined() && torch_compat::FormatOf(t.scalar_type()) &&
+  if (!owner.outputs_are_nested_ops && t.defined() && FormatOfValues(t.scalar_type()) &&
       !WithoutOwnMemory(t) && !InHostMemory(t) && !t.is_meta()) {
     CountUnchecked(owner, UncheckedReason::kUnreadable, t.is_cuda());
   }
@@ -498,7 +515,7 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
     facts.shape = ShapeOf(t);
     return true;
   }
-  const auto format = torch_compat::FormatOf(t.scalar_type());
+  const auto format = FormatOfValues(t.scalar_type());
   if (!format || WithoutOwnMemory(t) || !InHostMemory(t)) return false;
   facts.format = *format;
   if (t.is_nested()) {
@@ -513,7 +530,9 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
     return true;
   }
   facts.shape = ShapeOf(t);
-  const int64_t n = t.numel();
+  // A complex tensor is checked as its real and imaginary parts, as
+  // torch.view_as_real shows them: n of them side by side per element.
+  const int64_t n = t.is_complex() ? 2 * t.numel() : t.numel();
   if (n == 0) {
     facts.counts = CheckCounts{};
     return true;

@@ -76,10 +76,16 @@ bool WithoutOwnMemory(const at::Tensor& t);
 
 // "[4, 16]"; a nested tensor's "[3, 3..5, 16] (nested)" (its components'
 // count, then each dimension's size or range); a sparse tensor's
-// "[100, 8] (sparse, 16 values stored)" (the values its counts are of).
+// "[100, 8] (sparse, 16 values stored)" and a complex one's
+// "[4, 33] (complex64: 264 real and imaginary parts)" (what its counts are
+// of).
 std::string ShapeOf(const at::Tensor& t);
 
-// Checks a floating-point tensor in host memory (a sparse one's stored
+// The check's format of a dtype's values: a complex dtype's real and
+// imaginary parts' (complex32: fp16), or FormatOf's.
+std::optional<Format> FormatOfValues(at::ScalarType dtype);
+
+// Checks a floating-point or complex tensor in host memory (a sparse one's stored
 // values). False for tensors the check skips (other devices and layouts,
 // integer dtypes); counting those
 // that are outputs is the caller's business (CountIfUnreadable).

@@ -1,6 +1,6 @@
-"""Tensors that are not plain strided memory (nested tensors, torch.func's
-wrappers): monitored as what they hold, without stopping the monitoring
-or changing a result."""
+"""Tensors that are not plain strided real memory (nested, sparse and
+complex tensors, torch.func's wrappers): monitored as what they hold,
+without stopping the monitoring or changing a result."""
 from conftest import PYTHON, SCRIPTS, findings, preload_run, run, view_json
 
 VALIDATION = SCRIPTS / "validation_passes.py"
@@ -108,4 +108,28 @@ def test_an_overflow_in_a_sparse_csr_tensor_is_found_in_its_values(out):
     outer = [f for f in findings(out, "propagated") if f["op"] == "aten::mul" and f["top_op"] == ""]
     assert outer[0]["outputs"].startswith(
         "float16[4, 4] (sparse CSR, 16 values stored) max|x|=inf +inf=16"), outer
+    assert report["unchecked_ops"] == [], report["unchecked_ops"]
+
+
+def test_a_complex_division_by_zero_is_the_origin_not_the_inverse_transform(out):
+    # Complex tensors are checked as their real and imaginary parts: the
+    # spectral division that made NaN is the origin; the inverse transform
+    # it fed, once judged to make NaN from "finite" (unread) inputs, passes
+    # it on.
+    script = SCRIPTS / "spectral_deconvolution.py"
+    plain = run([PYTHON, script])
+    monitored = preload_run([PYTHON, script], out)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert monitored.stdout == plain.stdout == "restored finite: False\n"
+    report = view_json(out)
+    origin = report["first_origin"]
+    assert (origin["kind"], origin["op"], origin["dtype"]) == ("origin", "aten::div", "float32")
+    assert origin["source"].endswith("spectral_deconvolution.py:15 in <module>"), origin
+    assert origin["outputs"].startswith(
+        "float32[4, 33] (complex64: 264 real and imaginary parts) max|x|=inf"), origin
+    assert "#1 ComplexFloat[33] (complex64: 66 real and imaginary parts) max|x|=1" in (
+        origin["inputs"]), origin
+    assert [f["op"] for f in findings(out, "origin")] == ["aten::div"]
+    c2r = [f for f in findings(out, "propagated") if f["op"] == "aten::_fft_c2r"]
+    assert c2r, findings(out, "propagated")
     assert report["unchecked_ops"] == [], report["unchecked_ops"]
