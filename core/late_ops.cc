@@ -20,8 +20,8 @@ class LateContext final : public OpContext {
       InputFacts f;
       f.arg_index = in.arg_index;
       f.dtype = std::string(in.dtype);
-      f.shape = !in.nested_shape.empty()
-                    ? in.nested_shape
+      f.shape = !in.formatted_shape.empty()
+                    ? in.formatted_shape
                     : absl::StrCat("[", absl::StrJoin(in.sizes, ", "), "]");
       f.checked = true;
       f.from_collective = in.from_collective;

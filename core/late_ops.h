@@ -39,7 +39,9 @@ struct LateInput {
   // Its sizes, formatted ("[4, 4]") only when its op is judged non-finite:
   // a foreach op's hundreds of inputs would otherwise cost a string each.
   absl::InlinedVector<int64_t, 6> sizes;
-  std::string nested_shape;  // a nested tensor's, which has no sizes
+  // A nested tensor's shape (it has no sizes) or a complex one's (which says
+  // its counts are of real and imaginary parts), formatted at enqueue.
+  std::string formatted_shape;
   const void* storage = nullptr;  // device tensors: judged at delivery
   bool from_collective = false;   // a collective wrote it (at enqueue)
   bool checked_on_host = false;   // host tensors: checked at enqueue

@@ -535,12 +535,31 @@ PY
 ) | tee "$build"/given-up-check.txt || { failed+=("$part_name"); show_log 20 "$build"/given-up-continue.log; }
 fi
 
+if time_left "fp16 FFT on CUDA"; then
+part "an FNO's fp16 FFT on CUDA: its complex32 spectrum overflows at step 2, checked as real and imaginary parts"
+on_cuda "$build"/spectral fp16_spectral_conv.py
+("$python" - "$build"/spectral.json <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    r = {"error": repr(e)}
+o = r.get("first_origin") or {}
+ok = (o.get("op"), o.get("step"), o.get("dtype")) == ("aten::_fft_r2c", 2, "float16") and \
+    "(complex32: " in (o.get("outputs") or "") and r.get("unchecked_ops") == []
+print(f"fp16 FFT, CUDA: first origin {o.get('op')} step {o.get('step')} {o.get('dtype')} "
+      f"{o.get('outputs')}, unchecked {r.get('unchecked_ops')}: {'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/spectral-check.txt || { failed+=("$part_name"); show_log 20 "$build"/spectral.log; }
+fi
+
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
 grep '^ring,' "$build"/ring-cost.txt 2>/dev/null | sed 's/^/check ring (ns a check, extra, switches): /' || true
 for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
-    evaluation-check given-up-check \
+    evaluation-check given-up-check spectral-check \
     streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"

@@ -45,8 +45,7 @@ bool GradientsStillHeld() { return NonFiniteStillHeld(/*counting_single_values=*
 bool IsCheckableOnDevice(const at::Tensor& t) {
   // A nested tensor has no sizes or strides to give the check kernel.
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_nested() &&
-         t.has_storage() && torch_compat::FormatOf(t.scalar_type()) &&
-         !WithoutOwnMemory(t);
+         t.has_storage() && FormatOfValues(t.scalar_type()) && !WithoutOwnMemory(t);
 }
 
 // `fn` gets references into `values` (a tensor list's elements read in
@@ -67,14 +66,25 @@ NanhuntDeviceTensor Describe(const at::Tensor& t, Format format) {
   NanhuntDeviceTensor d{};
   d.format = static_cast<int>(format);
   d.data = t.data_ptr();
-  d.count = t.numel();
+  // A complex tensor is described as torch.view_as_real shows it: its real
+  // and imaginary parts, a last dimension of 2 (one more dimension: a
+  // strided one with 8 already is refused by the library, and counted).
+  const int parts = t.is_complex() ? 2 : 1;
+  d.count = parts * t.numel();
   bool dense = t.is_non_overlapping_and_dense();
   for (int64_t s : t.strides()) dense = dense && s >= 0;
   d.dense = dense ? 1 : 0;
   d.dims = static_cast<int>(t.dim());
   for (int i = 0; i < d.dims && i < 8; ++i) {
     d.sizes[i] = t.size(i);
-    d.strides[i] = t.stride(i);
+    d.strides[i] = parts * t.stride(i);
+  }
+  if (parts == 2) {
+    if (d.dims < 8) {
+      d.sizes[d.dims] = 2;
+      d.strides[d.dims] = 1;
+    }
+    ++d.dims;
   }
   return d;
 }
@@ -161,12 +171,12 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   }
   // Filled in place: every GPU op's inputs, on the training thread.
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
-    if (!t.defined() || !torch_compat::FormatOf(t.scalar_type())) return;
+    if (!t.defined() || !FormatOfValues(t.scalar_type())) return;
     LateInput& in = op->inputs.emplace_back();
     in.arg_index = index;
     in.dtype = c10::toString(t.scalar_type());  // a static name
-    if (t.is_nested()) {
-      in.nested_shape = ShapeOf(t);
+    if (t.is_nested() || t.is_complex()) {
+      in.formatted_shape = ShapeOf(t);
     } else {
       in.sizes.assign(t.sizes().begin(), t.sizes().end());
     }
@@ -209,11 +219,14 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->output_sizes.reserve(outputs.size());
   op->output_storages.reserve(outputs.size());
   ForEachTensorIn(outputs, [&](int, const at::Tensor& t) {
-    const auto format = t.defined() ? torch_compat::FormatOf(t.scalar_type()) : std::nullopt;
+    const auto format = t.defined() ? FormatOfValues(t.scalar_type()) : std::nullopt;
     if (!format) return;
     if (IsCheckableOnDevice(t)) {
-      // Filled in place, as the inputs are.
-      op->outputs.emplace_back().format = *format;
+      // Filled in place, as the inputs are; a complex one's shape now, as it
+      // says what the counts are of (rare enough to format here).
+      TensorFacts& facts = op->outputs.emplace_back();
+      facts.format = *format;
+      if (t.is_complex()) facts.shape = ShapeOf(t);
       op->output_sizes.emplace_back().assign(t.sizes().begin(), t.sizes().end());  // formatted later
       const OutputStorage& storage = op->output_storages.emplace_back(DescribeOutputStorage(t));
       device_outputs.push_back({&t, static_cast<int>(op->outputs.size()) - 1, storage.key});

@@ -68,6 +68,11 @@
 //                                     with results arriving after the
 //                                     step's optimizer step; kept: the
 //                                     softmaxes kept in a list
+//   host_gpu_ops spectral             an fp16 FFT as FNO models run one on
+//                                     a GPU: its complex32 spectrum
+//                                     overflows at the zero frequency, a
+//                                     strided scaled copy of it passes the
+//                                     inf on, and the inverse FFT after it
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -707,6 +712,33 @@ int Loop(long n) {
   return 0;
 }
 
+// 64 fp16 values of 2000 sum to 128000 at the zero frequency: past fp16's
+// 65504, inf in the complex32 spectrum (computed in complex64 here: the
+// CPU has no fp16 FFT). Its scaled copy is every other column of a buffer
+// of NaN, so a check that read its real and imaginary parts as anything
+// but the view_as_real layout would count NaN that is not in it.
+int Spectral() {
+  const at::Tensor signal = GpuFull({4, 64}, 2000.0);
+  const std::vector<int64_t> last_dim = {1};
+  const at::Tensor spectrum = GpuOp(
+      "aten::_fft_r2c", "", {signal, c10::IValue(last_dim), int64_t{0}, true}, [&] {
+        return at::fft_rfft(HostOf(signal).to(at::kFloat)).to(at::kComplexHalf);
+      });
+  const at::Tensor scaled = GpuOp("aten::mul", "Scalar", {spectrum, c10::Scalar(0.5)}, [&] {
+    const at::Tensor product = HostOf(spectrum).to(at::kComplexFloat) * 0.5;
+    at::Tensor buffer = at::full({product.size(0), 2 * product.size(1)},
+                                 c10::complex<float>(NAN, NAN), product.options());
+    buffer.slice(1, 0, buffer.size(1), 2).copy_(product);
+    return buffer.to(at::kComplexHalf).slice(1, 0, buffer.size(1), 2);
+  });
+  const at::Tensor restored = GpuOp(
+      "aten::_fft_c2r", "", {scaled, c10::IValue(last_dim), int64_t{0}, int64_t{64}}, [&] {
+        return at::fft_irfft(HostOf(scaled).to(at::kComplexFloat), 64).to(at::kHalf);
+      });
+  std::printf("restored %s\n", c10::toString(restored.scalar_type()));
+  return 0;
+}
+
 }  // namespace
 
 #if !NANHUNT_TORCH_AT_LEAST(2, 11)
@@ -744,7 +776,8 @@ int main(int argc, char** argv) {
   if (what == "given-up") return GivenUp(argc > 2 && std::string(argv[2]) == "first");
   if (what == "gan") return Gan();
   if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
+  if (what == "spectral") return Spectral();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | loop N\n");
   return 2;
 }

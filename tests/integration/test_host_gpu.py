@@ -89,6 +89,32 @@ def test_a_strided_output_is_read_value_by_value(out):
     assert rows == [(256, 0, 256)]
 
 
+@pytest.mark.parametrize("batch", [None, "32"], ids=["single", "batched"])
+def test_a_complex32_fft_that_overflows_is_the_origin_read_as_real_and_imaginary_parts(
+        out, batch):
+    # An fp16 FFT (FNO models run them on GPUs): its complex32 spectrum is
+    # checked on the device as torch.view_as_real lays it out, so the
+    # overflow at the zero frequency is the FFT's, and the inverse FFT only
+    # passes it on. Before, complex outputs were neither checked nor
+    # counted, and the inverse FFT was blamed.
+    settings = {"NANHUNT_GPU_BATCH": batch} if batch else {}
+    r = run_gpu_ops(["spectral"], out, STAND_IN_PRELOAD, **settings)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    origin = report["first_origin"]
+    assert (origin["kind"], origin["op"], origin["dtype"]) == (
+        "origin", "aten::_fft_r2c", "float16"), origin
+    assert origin["outputs"] == (
+        "float16[4, 33] (complex32: 264 real and imaginary parts) max|x|=inf +inf=4"), origin
+    later = {f["op"]: f for f in findings(out, "propagated")}
+    # The strided copy: its 264 parts, not the NaN of the columns between
+    # (inf times 0.5 is inf + NaN i: the 4 NaN are its own).
+    assert later["aten::mul"]["outputs"].endswith("max|x|=inf nan=4 +inf=4"), later
+    assert "ComplexHalf[4, 33] (complex32: 264 real and imaginary parts)" in (
+        later["aten::_fft_c2r"]["inputs"]), later
+    assert report["unchecked_ops"] == [], report["unchecked_ops"]
+
+
 def test_checks_held_back_are_enqueued_at_each_optimizer_steps_end(out):
     # With Python's optimizer records, a step's held checks go at its end,
     # not with the next step's ops: one batch a step, the origin as before.
