@@ -21,6 +21,17 @@ double Now() {
       .count();
 }
 
+// A backward op called by the user's code within the pass: its line is
+// that code's (FindingRow::stack says so: a forward op's line comes
+// without one). False for the ops of autograd's own nodes.
+bool LocateInBackwardCode(OpContext& context, FindingRow& row) {
+  OpContext::CallSite site = context.BackwardCallSite();
+  if (site.source.empty()) return false;
+  row.source = std::move(site.source);
+  row.stack = site.stack.empty() ? row.source : std::move(site.stack);
+  return true;
+}
+
 // A near-max finding is repeated only when an op's max |x| grew this much
 // since it was last reported: a rising trend shows, a steady one does not.
 constexpr double kHeadroomGrowth = 1.25;
@@ -385,13 +396,13 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
                         format);
     }
     row.max_abs = want_headroom ? near.max_abs : max_abs;
-    // A backward op's line is its forward op's (forward_op), when it was
-    // captured; the update's is the program's optimizer.step() or
-    // scaler.step().
+    // A backward op's line is the hook's or custom backward's that called
+    // it, or else its forward op's (forward_op), when it was captured; the
+    // update's is the program's optimizer.step() or scaler.step().
     if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
-    } else {
+    } else if (!LocateInBackwardCode(context, row)) {
       row.source = std::string(e.forward_source);
       if (want_headroom && !e.scaled_gradients) WantForwardLine(e, row.step);
     }
@@ -653,7 +664,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
-    } else {
+    } else if (!LocateInBackwardCode(context, row)) {
       row.source = std::string(e.forward_source);
       WantForwardLine(e, row.step);
     }

@@ -99,6 +99,14 @@ class OpContext {
   // "file.py:123 in forward" of the user's code, and a few frames of stack.
   virtual std::string Source() = 0;
   virtual std::string Stack() = 0;
+  // Backward ops: the user's code that called the op within the backward
+  // pass (a gradient hook, a custom autograd.Function's backward), as
+  // Source() and Stack() would say it; empty for the ops of autograd's own
+  // nodes, whose line is their forward op's (OpEvent::forward_source).
+  struct CallSite {
+    std::string source, stack;
+  };
+  virtual CallSite BackwardCallSite() { return {}; }
   // Max |x| of the op's outputs when recomputed from fp32 copies of its
   // inputs; nullopt when that is not possible or not safe (in-place ops,
   // random ops, ops without a schema).

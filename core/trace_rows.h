@@ -31,7 +31,13 @@ struct FindingRow {
           underflow = 0;
   double max_abs = 0;
   std::optional<double> fp32_max_abs;  // the op recomputed in fp32
-  std::string inputs, outputs, source, stack;
+  std::string inputs, outputs;
+  // The user's line and up to 8 frames of stack, innermost first. A
+  // backward op's line is its forward op's, which comes without a stack,
+  // or the hook's or custom backward's that called it in the pass, with
+  // its stack (Monitor: LocateInBackwardCode; the viewer tells them apart
+  // by the stack).
+  std::string source, stack;
   std::string kernels;  // GPU kernels the op launched (CUPTI), "name<<<grid>>>; ..."
   // A "compiled" finding's torch.compile region (OpEvent::compiled_region),
   // and the line it was called from when known.
@@ -39,6 +45,12 @@ struct FindingRow {
   int64_t thread = 0;
   double time = 0;
 };
+
+// Whether `f`'s source is the line its backward op's forward op was called
+// from, rather than where code called the op itself.
+inline bool SourceIsForwardLine(const FindingRow& f) {
+  return !f.forward_op.empty() && !f.source.empty() && f.stack.empty();
+}
 
 // One training step.
 struct StepRow {

@@ -279,10 +279,14 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
   d.op = f.op;
   d.title = absl::StrCat("NaN mid-training: gradients overflowed in ", f.op,
                          " (", f.phase, ") at step ", f.step);
+  // Called by a gradient hook or a custom backward: that line is the one
+  // to change.
+  const bool called_at = !f.source.empty() && !SourceIsForwardLine(f);
   d.evidence.push_back(absl::StrCat(
       "step ", f.step, ": ", f.op,
-      BackwardOf(f), " turned finite values into ", f.dtype, " inf/NaN; the forward pass was "
-      "finite"));
+      BackwardOf(f), " turned finite values into ", f.dtype, " inf/NaN",
+      called_at ? absl::StrCat(", called in the backward pass at ", f.source) : "",
+      "; the forward pass was finite"));
   AddWarningTrend(s, f, d);
   AddScalerEvidence(s, SkipsOf(s), d);
   if (IsSparseCoalesce(f.op)) {
@@ -298,10 +302,17 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
       "use loss scaling with skipping: torch.amp.GradScaler, or "
       "NANHUNT_SKIP_NONFINITE_STEPS=1 now, so a bad step is skipped instead "
       "of writing NaN into the weights");
-  if (!f.forward_op.empty()) {
+  if (absl::StrContains(f.forward_op, "::")) {
     d.fixes.push_back(absl::StrCat("run ", f.forward_op,
                                    " in fp32 (its backward then runs in fp32): "
                                    "NANHUNT_FP32_OPS=", f.forward_op));
+  } else if (!f.forward_op.empty() && !absl::StartsWith(f.forward_op, "CompiledFunction")) {
+    // A custom autograd.Function: no operator NANHUNT_FP32_OPS could run.
+    d.fixes.push_back(absl::StrCat(
+        "run ", f.forward_op, " in fp32: decorate its forward with "
+        "@torch.amp.custom_fwd(device_type=..., cast_inputs=torch.float32) and its backward "
+        "with @torch.amp.custom_bwd(device_type=...), or compute its backward from "
+        "grad.float()"));
   }
   d.fixes.push_back(
       "or bf16 autocast (NANHUNT_AUTOCAST_DTYPE=bf16); and clip gradients "

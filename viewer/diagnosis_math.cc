@@ -109,7 +109,7 @@ std::string WhatItGave(const FindingRow& f) {
   return absl::StrCat(
       "step ", f.step, ": ", OpWithinTop(f), BackwardOf(f),
       " gave ", f.dtype, " outputs with ", WhatCameOut(f),
-      f.source.empty() || !f.forward_op.empty() ? "" : ", at " + f.source);
+      f.source.empty() || SourceIsForwardLine(f) ? "" : ", at " + f.source);
 }
 
 // " (backward)" after an op's name, nothing for the forward.

@@ -206,7 +206,7 @@ std::string OpWithinTop(const FindingRow& f) {
 std::string BackwardOf(const FindingRow& f) {
   if (f.forward_op.empty()) return "";
   return absl::StrCat(" (backward of ", f.forward_op,
-                      f.source.empty() ? "" : absl::StrCat(", called at ", f.source), ")");
+                      SourceIsForwardLine(f) ? absl::StrCat(", called at ", f.source) : "", ")");
 }
 
 std::string TimesFp16Max(double v) {
@@ -578,8 +578,9 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                       "\n");
     }
     if (!f.source.empty()) {
-      // A backward op's line is the one that called its forward op.
-      const bool forward_line = !f.forward_op.empty();
+      // A backward op's line is the one that called its forward op, or the
+      // hook's or custom backward's that called it.
+      const bool forward_line = SourceIsForwardLine(f);
       absl::StrAppend(&out, forward_line ? "          forward op called at " : "          at ",
                       Fit(f.source, w - (forward_line ? 32 : 13)), "\n");
     } else if (!s.first_origin_later_lines.empty()) {
@@ -678,7 +679,7 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
         if (located == nullptr && !f->source.empty()) located = f;
       }
       if (located != nullptr) {
-        const bool forward_line = !located->forward_op.empty();
+        const bool forward_line = SourceIsForwardLine(*located);
         absl::StrAppend(&out, forward_line ? "    forward op called at " : "    at ",
                         Fit(located->source, w - (forward_line ? 28 : 9)), "\n");
       }

@@ -135,8 +135,7 @@ std::string OpWithinTop(const FindingRow& f);
 
 // " (backward of aten::addmm, called at model.py:12 in forward)": a
 // backward op's forward op and, when it was captured, the line that
-// called it (a backward op's `source` is its forward op's); "" for ops
-// without a forward op.
+// called it (SourceIsForwardLine); "" for ops without a forward op.
 std::string BackwardOf(const FindingRow& f);
 
 // `v` as a multiple of fp16's 65504: "2.00x", "5.19e+33x" (an fp32 mask

@@ -959,6 +959,11 @@ std::string TorchOpContext::Stack() {
   return stack_;
 }
 
+OpContext::CallSite TorchOpContext::BackwardCallSite() {
+  SourceLocation loc = CaptureBackwardCallSite(torch_dir_);
+  return {std::move(loc.source), std::move(loc.stack)};
+}
+
 namespace {
 
 // Ops whose every output value is the input value at the same position:

@@ -235,6 +235,7 @@ class TorchOpContext final : public OpContext {
   std::vector<InputFacts> Inputs() override;
   std::string Source() override;
   std::string Stack() override;
+  CallSite BackwardCallSite() override;
   std::optional<double> RecomputeFp32MaxAbs() override;
   bool InputsHoldMasks(absl::string_view op) override;
   bool OutputsHoldMasks() override;

@@ -51,6 +51,9 @@ class CodeFacts {
   struct Facts {
     std::string file, name;
     bool user = false;
+    // torch's call into autograd's engine (torch.autograd.backward and
+    // grad run it): frames inside it run within the backward pass.
+    bool engine_call = false;
     // Line by instruction offset: PyFrame_GetLineNumber scans the line
     // table from the code's start (8,400 instructions a capture at a loop
     // near the end of a module, 70% of what was left).
@@ -90,6 +93,12 @@ class CodeFacts {
     into.file = StringAttr(py, code, "co_filename");
     into.name = StringAttr(py, code, "co_name");
     into.user = IsUserFile(into.file, skip_dir);
+    // torch 2.4 on: torch/autograd/graph.py's _engine_run_backward; before,
+    // torch.autograd.backward and grad called the engine themselves.
+    into.engine_call =
+        !into.user && (into.name == "_engine_run_backward" ||
+                       (absl::EndsWith(into.file, "/autograd/__init__.py") &&
+                        (into.name == "backward" || into.name == "grad")));
     into.lines.clear();
     return into;
   }
@@ -100,7 +109,11 @@ class CodeFacts {
   absl::node_hash_map<void*, Facts> by_code_ ABSL_GUARDED_BY(mu_);
 };
 
-bool PythonFrames(const std::string& skip_dir, int max_frames, std::vector<std::string>& out) {
+// The user frames of this thread's Python stack, innermost first; with
+// `within_backward`, only those inside the innermost call into autograd's
+// engine. False when this thread has no Python state.
+bool PythonFrames(const std::string& skip_dir, int max_frames, bool within_backward,
+                  std::vector<std::string>& out) {
   static CodeFacts* const codes = new CodeFacts();  // leaked on purpose: holds references
   const PythonApi& py = Python();
   if (!py.ok || !py.IsInitialized() || py.IsFinalizing()) return false;
@@ -115,6 +128,10 @@ bool PythonFrames(const std::string& skip_dir, int max_frames, std::vector<std::
        ++depth) {
     void* code = py.FrameCode(frame);
     CodeFacts::Facts& facts = codes->Of(py, code, skip_dir, scratch);
+    if (within_backward && facts.engine_call) {
+      py.DecRef(code);
+      break;
+    }
     if (facts.user) {
       out.push_back(absl::StrCat(facts.file, ":", codes->LineOf(py, facts, frame), " in ",
                                  facts.name));
@@ -174,7 +191,18 @@ SourceLocation CaptureSourceLocation(const std::string& skip_dir, int frames) {
   // In a Python process a native stack shows the interpreter, not the
   // user's code: a thread without Python frames gets no location instead.
   std::vector<std::string> found;
-  if (!PythonFrames(skip_dir, frames, found) && !python_process) NativeFrames(frames, found);
+  if (!PythonFrames(skip_dir, frames, /*within_backward=*/false, found) && !python_process) {
+    NativeFrames(frames, found);
+  }
+  SourceLocation loc;
+  if (!found.empty()) loc.source = found.front();
+  loc.stack = absl::StrJoin(found, "\n");
+  return loc;
+}
+
+SourceLocation CaptureBackwardCallSite(const std::string& skip_dir, int frames) {
+  std::vector<std::string> found;
+  PythonFrames(skip_dir, frames, /*within_backward=*/true, found);
   SourceLocation loc;
   if (!found.empty()) loc.source = found.front();
   loc.stack = absl::StrJoin(found, "\n");

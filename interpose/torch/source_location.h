@@ -18,4 +18,11 @@ struct SourceLocation {
 // user frames: 1 stops the walk at the innermost (source only).
 SourceLocation CaptureSourceLocation(const std::string& skip_dir, int frames = 8);
 
+// For an op of the backward pass: the user's Python code that called it
+// from within the pass (a gradient hook, a custom autograd.Function's
+// backward), the frames inside autograd's engine call. Empty for the ops of
+// autograd's own nodes, which no Python inside the pass called (the line
+// that called loss.backward() is not theirs), and in C++ programs.
+SourceLocation CaptureBackwardCallSite(const std::string& skip_dir, int frames = 8);
+
 }  // namespace nanhunt

@@ -338,6 +338,34 @@ def test_backward_findings_of_a_custom_autograd_function_name_it(out):
     assert (first["kind"], first["phase"], first["step"]) == ("origin", "backward", 0), first
     assert first["forward_op"] == "Blowup", first
     assert "backward of Blowup" in r.stderr, r.stderr
+    # Its line is the one in the Function's backward that overflowed, and
+    # the fix is autocast's decorators (no operator to list in
+    # NANHUNT_FP32_OPS).
+    assert first["source"].endswith("custom_function_overflow.py:15 in backward"), first
+    text = run([NANHUNT, "view", out]).stdout
+    assert "custom_function_overflow.py:15 in backward" in text
+    assert "forward op called at" not in text, text
+    fixes = view_json(out)["diagnosis"]["fixes"]
+    assert any("@torch.amp.custom_fwd(" in fix for fix in fixes), fixes
+    assert not any("NANHUNT_FP32_OPS=Blowup" in fix for fix in fixes), fixes
+
+
+def test_an_overflow_in_a_gradient_hook_is_named_at_the_hooks_line(out):
+    # Ops a hook runs in the backward pass have the hook's line, which was
+    # left empty: backward ops had only their forward op's line.
+    script = SCRIPTS / "gradient_hook_overflow.py"
+    plain = run([PYTHON, script])
+    monitored = preload_run([PYTHON, script], out)
+    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
+    assert monitored.stdout == plain.stdout
+    report = view_json(out)
+    first = report["first_origin"]
+    assert (first["kind"], first["op"], first["phase"], first["step"]) == (
+        "origin", "aten::mul", "backward", 2), first
+    assert first["source"].endswith("gradient_hook_overflow.py:11 in <lambda>"), first
+    assert "gradient_hook_overflow.py:11 in <lambda>" in report["diagnosis"]["evidence"][0]
+    # (The ops of autograd's own nodes still have no line of their own, not
+    # the loss.backward() call's: test_a_recurring_backward_overflow_...)
 
 
 def test_an_overflow_inside_a_compiled_region_is_named_after_the_region(out, tmp_path):

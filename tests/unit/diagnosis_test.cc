@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "viewer/scaler_skips.h"
 
@@ -263,6 +264,40 @@ TEST(Diagnosis, OnlyTheOpsOwnFp16WarningsBeforeItOverflowedAreItsTrend) {
                       "overflowed"),
             d.evidence.end())
       << ::testing::PrintToString(d.evidence);
+}
+
+TEST(Diagnosis, ABackwardOpAHookOrCustomBackwardCalledIsNamedWithItsLine) {
+  RunSummary s;
+  s.steps = 4;
+  s.first_origin = BackwardOrigin(2);
+  s.first_origin->op = "aten::mul";
+  s.first_origin->forward_op = "Blowup";  // a custom autograd.Function
+  s.first_origin->source = s.first_origin->stack = "train.py:16 in backward";
+  s.nonfinite_steps = s.nonfinite_steps_kept = {2};
+  const Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "backward_overflow");
+  EXPECT_EQ(d.evidence[0],
+            "step 2: aten::mul (backward of Blowup) turned finite values into float16 inf/NaN, "
+            "called in the backward pass at train.py:16 in backward; the forward pass was "
+            "finite");
+  // No operator for NANHUNT_FP32_OPS to run: autocast's decorators instead.
+  for (const std::string& fix : d.fixes) EXPECT_FALSE(absl::StrContains(fix, "FP32_OPS")) << fix;
+  EXPECT_TRUE(std::any_of(d.fixes.begin(), d.fixes.end(), [](const std::string& fix) {
+    return absl::StartsWith(fix, "run Blowup in fp32: decorate its forward with "
+                                 "@torch.amp.custom_fwd(");
+  })) << ::testing::PrintToString(d.fixes);
+
+  // Autograd's own node: its line is its forward op's.
+  s.first_origin->forward_op = "aten::addmm";
+  s.first_origin->source = "model.py:12 in forward";
+  s.first_origin->stack.clear();
+  const Diagnosis own = Diagnose(s);
+  EXPECT_EQ(own.evidence[0],
+            "step 2: aten::mul (backward of aten::addmm, called at model.py:12 in forward) "
+            "turned finite values into float16 inf/NaN; the forward pass was finite");
+  EXPECT_TRUE(std::any_of(own.fixes.begin(), own.fixes.end(), [](const std::string& fix) {
+    return absl::StrContains(fix, "NANHUNT_FP32_OPS=aten::addmm");
+  }));
 }
 
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {

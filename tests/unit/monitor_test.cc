@@ -39,6 +39,8 @@ class FakeContext : public OpContext {
   bool OutputsHoldMasks() override { return outputs_hold_masks; }
   bool gradients_held = true;  // what NonFiniteGradientsHeld says
   bool NonFiniteGradientsHeld() override { return gradients_held; }
+  CallSite backward_call_site;  // what BackwardCallSite says
+  CallSite BackwardCallSite() override { return backward_call_site; }
 };
 
 // What the plugin answers for a GPU op that begins an iteration: whether
@@ -401,6 +403,28 @@ TEST_F(MonitorTest, ABackwardFindingsLineIsTheOneItsForwardOpWasCalledFrom) {
   EXPECT_EQ(monitor_.first_origin()->source, "model.py:12 in forward");
   EXPECT_EQ(monitor_.first_origin()->forward_op, "aten::addmm");
   EXPECT_EQ(ctx.source_calls, 0);
+}
+
+TEST_F(MonitorTest, ABackwardOpCalledByAHookOrACustomBackwardHasThatLineAndStack) {
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  ctx.backward_call_site = {"train.py:5 in <lambda>", "train.py:5 in <lambda>"};
+  const TensorFacts inf = Fp16(2);
+  EXPECT_EQ(monitor_.OnOp(BackwardOfAddmm(inf, "model.py:12 in forward"), ctx),
+            Verdict::kOrigin);
+  const FindingRow origin = *monitor_.first_origin();
+  EXPECT_EQ(origin.source, "train.py:5 in <lambda>");
+  EXPECT_EQ(origin.stack, "train.py:5 in <lambda>");
+  EXPECT_FALSE(SourceIsForwardLine(origin));
+  EXPECT_FALSE(monitor_.ForwardLineWanted("aten::addmm")) << "its line is known";
+
+  // Autograd's own node: the forward op's line, which has no stack.
+  ctx.backward_call_site = {};
+  Monitor other{config_, nullptr, [] { return 1.0; }};
+  EXPECT_EQ(other.OnOp(BackwardOfAddmm(inf, "model.py:12 in forward"), ctx), Verdict::kOrigin);
+  EXPECT_EQ(other.first_origin()->source, "model.py:12 in forward");
+  EXPECT_EQ(other.first_origin()->stack, "");
+  EXPECT_TRUE(SourceIsForwardLine(*other.first_origin()));
 }
 
 TEST_F(MonitorTest, ABackwardOriginWantsItsForwardOpsLineForTwentySteps) {
