@@ -56,16 +56,22 @@ def preload_run(cmd, out, timeout=300, **settings):
     return run(cmd, env=env, timeout=timeout)
 
 
-def compiled_runs(script, out, tmp_path):
-    """Runs a torch.compile script unmonitored, then under the preload, with
-    one fresh inductor cache: both succeed and print the same (bit-identical
-    losses). Returns the monitored run."""
-    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    plain = run([PYTHON, script], env=clean_env(**cache))
-    monitored = preload_run([PYTHON, script], out, **cache)
+def plain_and_monitored(cmd, out, **settings):
+    """Runs CMD unmonitored, then under the preload, with the same SETTINGS
+    in the environment: both succeed and print the same (bit-identical
+    losses: do no harm). Returns (monitored, plain)."""
+    plain = run(cmd, env=clean_env(**settings))
+    monitored = preload_run(cmd, out, **settings)
     assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
     assert monitored.stdout == plain.stdout, (monitored.stdout, plain.stdout)
     return monitored, plain
+
+
+def compiled_runs(script, out, tmp_path):
+    """plain_and_monitored for a torch.compile script, with one fresh
+    inductor cache for both runs."""
+    return plain_and_monitored([PYTHON, script], out,
+                               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
 
 
 def preload_script(script, source, out, **settings):

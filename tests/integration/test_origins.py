@@ -3,7 +3,7 @@ import sqlite3
 
 import pytest
 from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, compiled_runs, findings, nanhunt_run,
-                      preload_run, preload_script, run, view_json)
+                      plain_and_monitored, preload_run, preload_script, run, view_json)
 
 
 def test_fp16_dot_overflow_is_an_origin_with_positive_infinity(out):
@@ -354,10 +354,7 @@ def test_an_overflow_in_a_gradient_hook_is_named_at_the_hooks_line(out):
     # Ops a hook runs in the backward pass have the hook's line, which was
     # left empty: backward ops had only their forward op's line.
     script = SCRIPTS / "gradient_hook_overflow.py"
-    plain = run([PYTHON, script])
-    monitored = preload_run([PYTHON, script], out)
-    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
-    assert monitored.stdout == plain.stdout
+    plain_and_monitored([PYTHON, script], out)
     report = view_json(out)
     first = report["first_origin"]
     assert (first["kind"], first["op"], first["phase"], first["step"]) == (

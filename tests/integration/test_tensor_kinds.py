@@ -1,16 +1,13 @@
 """Tensors that are not plain strided real memory (nested, sparse and
 complex tensors, torch.func's wrappers): monitored as what they hold,
 without stopping the monitoring or changing a result."""
-from conftest import PYTHON, SCRIPTS, findings, preload_run, run, view_json
+from conftest import PYTHON, SCRIPTS, findings, plain_and_monitored, preload_run, view_json
 
 VALIDATION = SCRIPTS / "validation_passes.py"
 
 
 def test_a_validation_pass_on_nested_tensors_keeps_monitoring_on(out):
-    plain = run([PYTHON, VALIDATION])
-    monitored = preload_run([PYTHON, VALIDATION], out)
-    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
-    assert monitored.stdout == plain.stdout  # bit-identical results
+    monitored, _ = plain_and_monitored([PYTHON, VALIDATION], out)
     assert "internal error" not in monitored.stderr, monitored.stderr
     report = view_json(out)
     assert not any("monitoring stopped" in p for p in report["problems"]), report["problems"]
@@ -38,10 +35,7 @@ def test_a_validation_pass_after_the_optimizer_step_is_forward(out):
 
 
 def test_an_overflow_in_a_nested_tensor_is_an_origin_with_its_shape(out):
-    plain = run([PYTHON, VALIDATION, "nested"])
-    monitored = preload_run([PYTHON, VALIDATION, "nested"], out)
-    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
-    assert monitored.stdout == plain.stdout
+    plain_and_monitored([PYTHON, VALIDATION, "nested"], out)
     origin = view_json(out)["first_origin"]
     assert (origin["op"], origin["step"], origin["dtype"]) == ("aten::mul", 3, "float16"), origin
     assert "validation_passes.py:35" in origin["source"], origin
@@ -79,10 +73,7 @@ def test_a_sparse_gradient_that_overflows_when_coalesced_is_the_origin(out):
     # The values of sparse tensors are read: the coalesce that sums a
     # frequent token's gradient rows is where inf begins, not the
     # optimizer's arithmetic after it ("came in with the data", before).
-    plain = run([PYTHON, SPARSE])
-    monitored = preload_run([PYTHON, SPARSE], out)
-    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
-    assert monitored.stdout == plain.stdout
+    plain_and_monitored([PYTHON, SPARSE], out)
     report = view_json(out)
     origin = report["first_origin"]
     assert (origin["kind"], origin["op"], origin["top_op"], origin["phase"], origin["step"]) == (
@@ -117,10 +108,8 @@ def test_a_complex_division_by_zero_is_the_origin_not_the_inverse_transform(out)
     # it fed, once judged to make NaN from "finite" (unread) inputs, passes
     # it on.
     script = SCRIPTS / "spectral_deconvolution.py"
-    plain = run([PYTHON, script])
-    monitored = preload_run([PYTHON, script], out)
-    assert plain.returncode == 0 and monitored.returncode == 0, monitored.stderr
-    assert monitored.stdout == plain.stdout == "restored finite: False\n"
+    monitored, _ = plain_and_monitored([PYTHON, script], out)
+    assert monitored.stdout == "restored finite: False\n"
     report = view_json(out)
     origin = report["first_origin"]
     assert (origin["kind"], origin["op"], origin["dtype"]) == ("origin", "aten::div", "float32")
