@@ -87,8 +87,11 @@ namespace {
 // A sparse tensor's values (COO: a row per stored index; CSR and the other
 // compressed layouts: an element or block per stored index) are a dense
 // tensor of their own: what the check reads and the storage it tracks.
+// Only a tensor with memory of its own is its TensorImpl: a wrapper of a
+// sparse tensor (functionalization, vmap, a subclass) says sparse too.
 bool IsSparse(const at::Tensor& t) {
-  return t.defined() && (t.is_sparse() || t.unsafeGetTensorImpl()->is_sparse_compressed());
+  return t.defined() && (t.is_sparse() || t.unsafeGetTensorImpl()->is_sparse_compressed()) &&
+         !WithoutOwnMemory(t);
 }
 
 at::Tensor StoredValues(const at::Tensor& sparse) {
