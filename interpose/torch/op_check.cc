@@ -106,8 +106,10 @@ at::Tensor StoredValues(const at::Tensor& sparse) {
 }  // namespace
 
 const void* StorageKey(const at::Tensor& t) {
-  if (t.has_storage()) return t.storage().data();
-  return IsSparse(t) ? StorageKey(StoredValues(t)) : nullptr;
+  if (C10_LIKELY(t.has_storage())) return t.storage().data();
+  if (!IsSparse(t)) return nullptr;
+  const at::Tensor values = StoredValues(t);
+  return values.has_storage() ? values.storage().data() : nullptr;
 }
 
 namespace {
@@ -449,8 +451,9 @@ bool WithoutOwnMemory(const at::Tensor& t) {
 }
 
 std::optional<Format> FormatOfValues(at::ScalarType dtype) {
+  if (const auto format = torch_compat::FormatOf(dtype)) return format;
   if (c10::isComplexType(dtype)) return torch_compat::FormatOf(c10::toRealValueType(dtype));
-  return torch_compat::FormatOf(dtype);
+  return std::nullopt;
 }
 
 namespace {
@@ -473,19 +476,24 @@ absl::string_view SparseLayoutName(c10::Layout layout) {
   }
 }
 
+// " (sparse, 16 values stored)", " (complex64: 264 real and imaginary
+// parts)": what a tensor's counts are of. Out of line: rare.
+ABSL_ATTRIBUTE_NOINLINE void AppendWhatIsStored(const at::Tensor& t, std::string& shape) {
+  if (IsSparse(t)) {
+    absl::StrAppend(&shape, " (", SparseLayoutName(t.layout()), ", ",
+                    StoredValues(t).numel(), " values stored)");
+  } else if (t.is_complex()) {
+    absl::StrAppend(&shape, " (", ComplexName(t.scalar_type()), ": ", 2 * t.numel(),
+                    " real and imaginary parts)");
+  }
+}
+
 }  // namespace
 
 std::string ShapeOf(const at::Tensor& t) {
   if (t.is_nested()) return NestedShapeOf(ComponentsOf(t));
   std::string shape = absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]");
-  if (t.is_complex() && !IsSparse(t)) {
-    absl::StrAppend(&shape, " (", ComplexName(t.scalar_type()), ": ", 2 * t.numel(),
-                    " real and imaginary parts)");
-  }
-  if (IsSparse(t)) {
-    absl::StrAppend(&shape, " (", SparseLayoutName(t.layout()), ", ",
-                    StoredValues(t).numel(), " values stored)");
-  }
+  if (C10_UNLIKELY(t.layout() != c10::kStrided || t.is_complex())) AppendWhatIsStored(t, shape);
   return shape;
 }
 
@@ -511,7 +519,7 @@ void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
                  TensorFacts& facts, CacheUse cache, uint64_t reuse_after) {
   if (!t.defined()) return false;
-  if (IsSparse(t)) {
+  if (C10_UNLIKELY(t.layout() != c10::kStrided) && IsSparse(t)) {
     // Its values are a dense tensor of their own. Not cached: sparse ops
     // may give a tensor new values, or write them below the autograd layer.
     if (!CheckTensor(StoredValues(t), limits, facts)) return false;
