@@ -93,8 +93,8 @@ class CodeFacts {
     into.file = StringAttr(py, code, "co_filename");
     into.name = StringAttr(py, code, "co_name");
     into.user = IsUserFile(into.file, skip_dir);
-    // torch 2.4 on: torch/autograd/graph.py's _engine_run_backward; before,
-    // torch.autograd.backward and grad called the engine themselves.
+    // torch/autograd/graph.py's _engine_run_backward in recent torch; in
+    // older ones torch.autograd.backward and grad call the engine themselves.
     into.engine_call =
         !into.user && (into.name == "_engine_run_backward" ||
                        (absl::EndsWith(into.file, "/autograd/__init__.py") &&
