@@ -1,7 +1,9 @@
 #include "viewer/diagnosis_math.h"
 
 #include <cmath>
+#include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace nanhunt {
@@ -87,6 +89,28 @@ std::string NoOverflowWithoutRecomputation(const Singularity* s, const FindingRo
   }
   return "";
 }
+
+// The largest finite max|x| among a finding's inputs ("#1 float32[8, 16]
+// max|x|=1.44807e+21; ..."); nullopt when none says one.
+std::optional<double> LargestFiniteInput(const FindingRow& f) {
+  std::optional<double> largest;
+  const std::string kMark = "max|x|=";
+  for (size_t at = f.inputs.find(kMark); at != std::string::npos;
+       at = f.inputs.find(kMark, at + 1)) {
+    const size_t begin = at + kMark.size();
+    const size_t end = f.inputs.find_first_of(" ;", begin);
+    double v = 0;
+    if (absl::SimpleAtod(absl::string_view(f.inputs).substr(begin, end - begin), &v) &&
+        std::isfinite(v) && (!largest || v > *largest)) {
+      largest = v;
+    }
+  }
+  return largest;
+}
+
+// Above it, a square or product of finite fp32 values passes fp32's range
+// (3.4e38): the square root of its largest value.
+constexpr double kFp32SquareLimit = 1.8446742e19;
 
 bool HasFp32Range(const std::string& dtype) {
   return dtype == "float32" || dtype == "float64" || dtype == "bfloat16";
@@ -193,6 +217,24 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
           : no_overflow);
   if (singular != nullptr) d.evidence.push_back(singular->cause);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  // Finite inputs so large that their square is past fp32's range: values
+  // that exploded before this op, which only squared or multiplied them.
+  const std::optional<double> largest = LargestFiniteInput(f);
+  const bool exploded = f.dtype != "float64" && HasFp32Range(f.dtype) && largest &&
+                        *largest > kFp32SquareLimit;
+  if (exploded) {
+    d.evidence.push_back(absl::StrCat(
+        "an input reached |x| = ", absl::SixDigits(*largest),
+        ", past 1.8e19, where a square or a product passes fp32's range (3.4e38): the values "
+        "had exploded before this op",
+        f.phase == "optimizer"
+            ? "; in the update, that is the gradients (Adam's second moment squares them)"
+            : ""));
+    d.fixes.push_back(
+        "clip gradients before the update (torch.nn.utils.clip_grad_norm_(model.parameters(), "
+        "1.0)) and find where the values grow: the ops table's max|x| per step, or a lower "
+        "learning rate");
+  }
   if (singular != nullptr) d.fixes.push_back(singular->fix);
   d.fixes.push_back(
       "look at the inputs at that step for zeros, negative numbers or huge "

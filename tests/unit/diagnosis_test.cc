@@ -300,6 +300,34 @@ TEST(Diagnosis, ABackwardOpAHookOrCustomBackwardCalledIsNamedWithItsLine) {
   }));
 }
 
+TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
+  // Adam's exp_avg_sq.addcmul_(grad, grad): gradients of 1.4e21, squared.
+  RunSummary s;
+  s.steps = 5;
+  FindingRow f = UpdateFinding("origin", "aten::addcmul_", 0);
+  f.dtype = "float32";
+  f.inputs = "#0 float32[8, 16] max|x|=0; #1 float32[8, 16] max|x|=1.44807e+21; "
+             "#2 float32[8, 16] max|x|=1.44807e+21";
+  s.first_origin = f;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {0, 1, 2, 3, 4};
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_NE(std::find(d.evidence.begin(), d.evidence.end(),
+                      "an input reached |x| = 1.44807e+21, past 1.8e19, where a square or a "
+                      "product passes fp32's range (3.4e38): the values had exploded before "
+                      "this op; in the update, that is the gradients (Adam's second moment "
+                      "squares them)"),
+            d.evidence.end())
+      << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "clip gradients before the update"))
+      << ::testing::PrintToString(d.fixes);
+
+  // Inputs within range: no such claim.
+  s.first_origin->inputs = "#0 float32[8, 16] max|x|=3e+18; #1 float32[8, 16] max|x|=inf";
+  d = Diagnose(s);
+  for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "exploded")) << e;
+}
+
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
   RunSummary s;
   s.steps = 5;
