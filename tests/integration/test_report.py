@@ -146,6 +146,14 @@ def test_report_names_the_compiled_region_inf_came_out_of(out, tmp_path):
     assert "Non-finite values came out of a torch.compile region" in dom
 
 
+def test_report_gives_a_backward_op_the_line_that_called_it_in_the_pass(out):
+    # A custom Function's backward overflowed: its line is the backward's,
+    # which the report calls the source, not the forward op's line.
+    dom = report_dom([SCRIPTS / "custom_function_overflow.py"], out)
+    assert re.search(r"<dt>source</dt><dd[^>]*>[^<]*custom_function_overflow\.py:15 in backward",
+                     dom), re.findall(r'origin-details.{0,1500}', dom)
+
+
 def test_report_without_chart_js_names_the_package(out, tmp_path):
     r = preload_run([PYTHON, SCRIPTS / "known_values.py"], out)
     assert r.returncode == 0, r.stderr
