@@ -28,8 +28,8 @@
 
 namespace nanhunt::torch_compat {
 
-// The check's format of a torch dtype; nullopt for dtypes the check skips
-// (integers, bool, complex).
+// The check's format of a real torch dtype; nullopt for integers, bool and
+// complex (whose parts FormatOfValues in op_check.h gives).
 inline std::optional<Format> FormatOf(at::ScalarType t) {
   switch (t) {
     case at::kHalf: return Format::kF16;
