@@ -507,8 +507,8 @@ bool InHostMemory(const at::Tensor& t) {
 
 void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
   // Floating-point values the check cannot see (CUDA without the GPU path,
-  // sparse...): counted, so that no report claims "all finite" about
-  // values nobody looked at. Meta tensors hold no values to see: they are
+  // mkldnn, sparse on a GPU...): counted, so that no report claims "all
+  // finite" about values nobody looked at. Meta tensors hold no values to see: they are
   // how torch.compile and FakeTensorMode work out shapes while tracing.
   if (!owner.outputs_are_nested_ops && t.defined() && FormatOfValues(t.scalar_type()) &&
       !WithoutOwnMemory(t) && !InHostMemory(t) && !t.is_meta()) {
@@ -542,7 +542,7 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
   }
   facts.shape = ShapeOf(t);
   // A complex tensor is checked as its real and imaginary parts, as
-  // torch.view_as_real shows them: n of them side by side per element.
+  // torch.view_as_real shows them: two side by side per element.
   const int64_t n = t.is_complex() ? 2 * t.numel() : t.numel();
   if (n == 0) {
     facts.counts = CheckCounts{};
