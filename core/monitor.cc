@@ -21,14 +21,15 @@ double Now() {
       .count();
 }
 
-// A backward op called by the user's code within the pass: its line is
-// that code's (FindingRow::stack says so: a forward op's line comes
-// without one). False for the ops of autograd's own nodes.
+// A backward op called by the user's code within the pass: its line and
+// stack are that code's (the stack tells them from a forward op's line,
+// which comes without one: SourceIsForwardLine). False for the ops of
+// autograd's own nodes.
 bool LocateInBackwardCode(OpContext& context, FindingRow& row) {
   OpContext::CallSite site = context.BackwardCallSite();
   if (site.source.empty()) return false;
   row.source = std::move(site.source);
-  row.stack = site.stack.empty() ? row.source : std::move(site.stack);
+  row.stack = std::move(site.stack);  // holds the source's line at least
   return true;
 }
 

@@ -152,10 +152,11 @@ struct OpEvent {
   // A torch.compile region (the name of its record, "Torch-Compiled Region:
   // 0/0", or its backward's, "CompiledFunctionBackward") that ran on this
   // thread since the last optimizer step, with the line it was called from
-  // when known (", called at train.py:11 in <module>"). Its fused kernels write tensors no check reads: non-finite
-  // values no op made came out of it (made there, or given to it), not in
-  // with the data: a "compiled" finding, not an "input" one. A GPU origin,
-  // whose inputs no check read, keeps the region in its row too.
+  // when known (", called at train.py:11 in <module>"). Its fused kernels
+  // write tensors no check reads: non-finite values no op made came out of
+  // it (made there, or given to it), not in with the data: a "compiled"
+  // finding, not an "input" one. A GPU origin, whose inputs no check read,
+  // keeps the region in its row too.
   absl::string_view compiled_region;
   // An op nested inside this one was already an origin or an input finding:
   // this op's non-finite outputs come from there.

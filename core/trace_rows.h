@@ -35,8 +35,8 @@ struct FindingRow {
   // The user's line and up to 8 frames of stack, innermost first. A
   // backward op's line is its forward op's, which comes without a stack,
   // or the hook's or custom backward's that called it in the pass, with
-  // its stack (Monitor: LocateInBackwardCode; the viewer tells them apart
-  // by the stack).
+  // its stack (Monitor: LocateInBackwardCode; SourceIsForwardLine tells
+  // them apart).
   std::string source, stack;
   std::string kernels;  // GPU kernels the op launched (CUPTI), "name<<<grid>>>; ..."
   // A "compiled" finding's torch.compile region (OpEvent::compiled_region),
