@@ -178,6 +178,27 @@ bool WritesNoValues(absl::string_view record) {
 
 bool AnnotatesOnly(absl::string_view op) { return op == "aten::record_stream"; }
 
+bool UpdatesRunningStats(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::native_batch_norm",   "aten::cudnn_batch_norm",
+      "aten::miopen_batch_norm",   "aten::batch_norm_update_stats",
+      "aten::batch_norm_gather_stats", "aten::batch_norm_gather_stats_with_counts",
+      "aten::batch_norm",          "aten::_batch_norm_impl_index",
+      "aten::instance_norm"};
+  return Named(kOps, op);
+}
+
+bool IsRunningStatistic(absl::string_view argument) {
+  return argument == "running_mean" || argument == "running_var";
+}
+
+bool ConvertsDtype(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::to", "aten::_to_copy", "aten::type_as", "aten::_autocast_to_reduced_precision",
+      "aten::_autocast_to_full_precision"};
+  return Named(kOps, op);
+}
+
 bool ScalesLoss(absl::string_view op) {
   return op == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
          op == kScalerUpdate;

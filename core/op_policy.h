@@ -113,6 +113,24 @@ bool WritesNoValues(absl::string_view record);
 // that returns nothing is otherwise checked through what it writes.
 bool AnnotatesOnly(absl::string_view op);
 
+// Batch norm's ops that update the running mean and variance in place
+// though their schemas do not mark them written (native_batch_norm,
+// cudnn_batch_norm, batch_norm_update_stats: `Tensor? running_var`, no
+// `(a!)`), and the composite ops that pass them on (batch_norm,
+// instance_norm). After model.half() those buffers are fp16: the running
+// variance of activations past 256 overflows there, while the op's
+// returned values stay finite. _native_batch_norm_legit and
+// _batch_norm_with_update say so in their schemas.
+bool UpdatesRunningStats(absl::string_view op);
+// The arguments such an op writes: running_mean, running_var.
+bool IsRunningStatistic(absl::string_view argument);
+
+// Ops that convert a tensor's dtype (to, _to_copy, type_as, autocast's
+// casts): no arithmetic to run in fp32, and the fp32 fallback's own
+// upcast is one of them (a fallback for them called itself until the
+// stack ran out).
+bool ConvertsDtype(absl::string_view op);
+
 // GradScaler's update of its scale: it ends an iteration whose optimizer
 // step it skipped.
 inline constexpr char kScalerUpdate[] = "aten::_amp_update_scale_";

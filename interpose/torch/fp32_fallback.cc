@@ -55,6 +55,41 @@ c10::IValue ToFp32(const c10::IValue& v) {
   return v;
 }
 
+// A batch norm's running statistics, fp16 or bf16 buffers it updates in
+// place: the op updates the fp32 copies it is given, whose values must then
+// land in the module's buffers (else the buffers never change: a model
+// evaluated with its initial statistics).
+struct StatWriteBack {
+  at::Tensor buffer;
+  at::Tensor updated;
+};
+
+std::vector<StatWriteBack> UpcastRunningStats(const c10::OperatorHandle& op,
+                                              torch::jit::Stack* stack, size_t first) {
+  std::vector<StatWriteBack> write_back;
+  if (!UpdatesRunningStats(op.schema().name())) return write_back;
+  const auto& args = op.schema().arguments();
+  // In evaluation (training=False) the statistics are only read.
+  for (size_t i = 0; i < args.size() && first + i < stack->size(); ++i) {
+    const c10::IValue& flag = (*stack)[first + i];
+    if (args[i].name() == "training" && flag.isBool() && !flag.toBool()) return write_back;
+  }
+  for (size_t i = 0; i < args.size() && first + i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    if (!IsRunningStatistic(args[i].name()) || !v.isTensor() || !IsLowPrecision(v.toTensor())) {
+      continue;
+    }
+    StatWriteBack w{v.toTensor(), v.toTensor().to(at::kFloat)};
+    v = w.updated;
+    write_back.push_back(std::move(w));
+  }
+  return write_back;
+}
+
+void WriteBack(const std::vector<StatWriteBack>& write_back) {
+  for (const StatWriteBack& w : write_back) w.buffer.copy_(w.updated);
+}
+
 void Count(const c10::OperatorHandle& op) {
   absl::ReaderMutexLock lock(&g_mu);
   auto it = g_counts->find(op.operator_name().name);
@@ -66,12 +101,14 @@ void Count(const c10::OperatorHandle& op) {
 void Fp32Kernel(const c10::OperatorHandle& op, c10::DispatchKeySet,
                 torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
+  const std::vector<StatWriteBack> write_back = UpcastRunningStats(op, stack, stack->size() - n);
   for (size_t i = stack->size() - n; i < stack->size(); ++i) {
     (*stack)[i] = ToFp32((*stack)[i]);
   }
   Count(op);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   op.callBoxed(stack);
+  WriteBack(write_back);
 }
 
 // The one low-precision dtype the op's floating inputs share, when none of
@@ -116,6 +153,7 @@ void Fp32NoAutocastKernel(const c10::OperatorHandle& op, c10::DispatchKeySet,
     op.callBoxed(stack);
     return;
   }
+  const std::vector<StatWriteBack> write_back = UpcastRunningStats(op, stack, first);
   for (size_t i = first; i < stack->size(); ++i) {
     (*stack)[i] = ToFp32((*stack)[i]);
   }
@@ -124,6 +162,7 @@ void Fp32NoAutocastKernel(const c10::OperatorHandle& op, c10::DispatchKeySet,
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     op.callBoxed(stack);
   }
+  WriteBack(write_back);
   const size_t returns = op.schema().returns().size();
   for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
@@ -179,7 +218,7 @@ bool WritesArguments(const c10::OperatorName& name) {
 
 // Registers the fp32 kernels for `name`, once.
 bool RegisterLocked(const c10::OperatorName& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_mu) {
-  if (WritesArguments(name)) return false;
+  if (WritesArguments(name) || ConvertsDtype(name.name)) return false;
   const std::string op = name.overload_name.empty()
                              ? name.name
                              : absl::StrCat(name.name, ".", name.overload_name);
@@ -211,11 +250,16 @@ absl::Status InstallFp32Fallback(const std::vector<std::string>& patterns) {
   std::vector<c10::OperatorName> matched;
   std::vector<bool> used(patterns.size(), false);
   std::vector<bool> only_writers(patterns.size(), false);
+  std::vector<bool> only_casts(patterns.size(), false);
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     for (size_t i = 0; i < patterns.size(); ++i) {
       if (MatchesOpPattern(name.name, name.overload_name, {patterns[i]})) {
         if (WritesArguments(name)) {
           only_writers[i] = true;
+          continue;
+        }
+        if (ConvertsDtype(name.name)) {
+          only_casts[i] = true;
           continue;
         }
         used[i] = true;
@@ -226,6 +270,14 @@ absl::Status InstallFp32Fallback(const std::vector<std::string>& patterns) {
   }
   for (size_t i = 0; i < patterns.size(); ++i) {
     if (used[i]) continue;
+    if (only_casts[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "NANHUNT_FP32_OPS: '", patterns[i],
+          "' only names casts, which compute nothing to run in fp32: a value past "
+          "fp16's range overflows when it is cast to fp16 whatever runs the cast; "
+          "allowed: ops that compute, like aten::bmm (to keep a tensor wide, cast it "
+          "to float32 or bfloat16 in the program)"));
+    }
     if (only_writers[i]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "NANHUNT_FP32_OPS: '", patterns[i],
@@ -249,6 +301,9 @@ bool ExtendFp32Fallback(const c10::OperatorName& enclosing) {
 }
 
 bool LearnFp32Op(const c10::OperatorName& op) {
+  // A batch norm overflows in the fp16 buffers it writes its statistics
+  // back into: fp32 arithmetic would not change what lands there.
+  if (UpdatesRunningStats(op.name)) return false;
   absl::MutexLock lock(&g_mu);
   if (!RegisterLocked(op)) return false;
   if (std::find(g_learned->begin(), g_learned->end(), op.name) ==

@@ -36,7 +36,8 @@ bool ExtendFp32Fallback(const c10::OperatorName& enclosing);
 
 // NANHUNT_FP32_OPS=auto: switches `op` from its next call on and adds it to
 // the learned list. Returns true the first time (false also for ops that
-// write their arguments). Thread-safe.
+// write their arguments, for casts, and for batch norm, whose fp16 buffers
+// would overflow all the same). Thread-safe.
 bool LearnFp32Op(const c10::OperatorName& op);
 // The ops learned so far, in the order learned ("aten::bmm").
 std::vector<std::string> LearnedFp32Ops();

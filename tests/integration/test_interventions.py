@@ -2,6 +2,8 @@
 import math
 import sqlite3
 
+import pytest
+
 from conftest import DEMO, PYTHON, SCRIPTS, clean_env, nanhunt_run, run
 
 
@@ -103,6 +105,50 @@ def test_fp32_op_in_a_half_model_computes_in_fp32_and_returns_fp16(out):
     (counts,) = sqlite3.connect(trace).execute(
         "SELECT value FROM meta WHERE key = 'fp32_ops'").fetchone()
     assert counts == "aten::mse_loss=5"
+
+
+@pytest.mark.parametrize("op", ["aten::batch_norm", "aten::native_batch_norm"])
+def test_fp32_batch_norm_still_updates_the_modules_running_statistics(op, out):
+    # The fp32 kernel upcasts its arguments: the fp16 running statistics
+    # were copies, updated and dropped, and the model was evaluated with
+    # its initial mean 0 and variance 1. They are written back now, in
+    # their own dtype (so income's variance is still inf).
+    script = SCRIPTS / "batchnorm_on_raw_features.py"
+    plain = run([PYTHON, script])
+    r = nanhunt_run([PYTHON, script], out, env=clean_env(NANHUNT_FP32_OPS=op))
+    assert r.returncode == 0, r.stderr
+    [stats] = [l.split() for l in r.stdout.splitlines() if l.startswith("eval mse")]
+    [plain_stats] = [l.split() for l in plain.stdout.splitlines() if l.startswith("eval mse")]
+    assert stats[3:] == plain_stats[3:] == ["running_var", "[127.0,", "inf,", "0.480224609375]"]
+    # The same model but for the rounding of fp32 arithmetic.
+    assert float(stats[2]) == pytest.approx(float(plain_stats[2]), rel=1e-3), (stats, plain_stats)
+    [trace] = out.glob("*.sqlite")
+    (counts,) = sqlite3.connect(trace).execute(
+        "SELECT value FROM meta WHERE key = 'fp32_ops'").fetchone()
+    assert counts == f"{op}=9", counts  # 8 training steps and the evaluation
+
+
+def test_fp32_auto_learns_neither_a_cast_nor_a_batch_norm(out):
+    # The batch's .half() came near the limit (incomes up to 60000): auto
+    # learned aten::_to_copy, whose fp32 kernel casts with _to_copy, called
+    # itself and crashed the program. A batch norm's overflow is in the
+    # fp16 buffers it writes back into: fp32 would not change it.
+    script = SCRIPTS / "batchnorm_on_raw_features.py"
+    plain = run([PYTHON, script])
+    r = nanhunt_run([PYTHON, script], out, env=clean_env(NANHUNT_FP32_OPS="auto"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == plain.stdout
+    assert "now run" not in r.stderr, r.stderr
+    assert not list(out.glob("*.fp32-policy"))
+
+
+def test_fp32_for_a_cast_is_refused_with_the_reason(out):
+    r = nanhunt_run([PYTHON, "-c", "import torch"], out,
+                    env=clean_env(NANHUNT_FP32_OPS="aten::_to_copy"))
+    assert r.returncode == 2
+    assert "NANHUNT_FP32_OPS: 'aten::_to_copy' only names casts, which compute nothing to run " \
+        "in fp32" in r.stderr, r.stderr
+    assert "allowed: ops that compute, like aten::bmm" in r.stderr
 
 
 def test_fp32_for_an_in_place_op_is_refused_with_the_reason(out):

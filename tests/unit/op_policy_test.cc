@@ -41,6 +41,20 @@ TEST(OpPolicy, OnlyAutogradsDetachRecordsAreKnownToWriteNoValues) {
   EXPECT_FALSE(AnnotatesOnly("aten::_foreach_addcdiv_"));
 }
 
+TEST(OpPolicy, BatchNormKernelsUpdateRunningStatsWithoutSayingSo) {
+  EXPECT_TRUE(UpdatesRunningStats("aten::native_batch_norm"));
+  EXPECT_TRUE(UpdatesRunningStats("aten::cudnn_batch_norm"));
+  EXPECT_TRUE(UpdatesRunningStats("aten::batch_norm"));
+  // Its schema marks them (a!): no list needed.
+  EXPECT_FALSE(UpdatesRunningStats("aten::_native_batch_norm_legit"));
+  EXPECT_FALSE(UpdatesRunningStats("aten::layer_norm"));
+  EXPECT_TRUE(IsRunningStatistic("running_var"));
+  EXPECT_FALSE(IsRunningStatistic("weight"));
+  EXPECT_TRUE(ConvertsDtype("aten::_to_copy"));
+  EXPECT_TRUE(ConvertsDtype("aten::to"));
+  EXPECT_FALSE(ConvertsDtype("aten::copy_")) << "a writer: refused as one";
+}
+
 TEST(OpPolicy, MaskConstantsAreFormatLimitsOrLargeNegativeFills) {
   // torch.finfo(dtype).min of each float format, as Python hands it over.
   EXPECT_TRUE(IsMaskConstant("aten::full", -65504.0));
