@@ -554,12 +554,31 @@ PY
 ) | tee "$build"/spectral-check.txt || { failed+=("$part_name"); show_log 20 "$build"/spectral.log; }
 fi
 
+if time_left "fp16 batch norm on CUDA"; then
+part "model.half()'s batch norm on raw features, on CUDA: its running_var overflows at step 0 in place, unreturned"
+on_cuda "$build"/batch-norm batchnorm_on_raw_features.py
+("$python" - "$build"/batch-norm.json <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    r = {"error": repr(e)}
+o, d = r.get("first_origin") or {}, r.get("diagnosis") or {}
+ok = (o.get("step"), o.get("phase"), d.get("kind")) == (0, "forward", "fp16_running_statistics") \
+    and "(running_var, updated in place) max|x|=inf" in (o.get("outputs") or "")
+print(f"fp16 batch norm, CUDA: first origin {o.get('op')} step {o.get('step')} "
+      f"{o.get('outputs')}, diagnosis {d.get('kind')}: {'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/batch-norm-check.txt || { failed+=("$part_name"); show_log 20 "$build"/batch-norm.log; }
+fi
+
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
 grep '^ring,' "$build"/ring-cost.txt 2>/dev/null | sed 's/^/check ring (ns a check, extra, switches): /' || true
 for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
-    evaluation-check given-up-check spectral-check \
+    evaluation-check given-up-check spectral-check batch-norm-check \
     streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"

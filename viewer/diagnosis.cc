@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/check_limits.h"
+#include "viewer/diagnosis_buffers.h"
 #include "viewer/diagnosis_math.h"
 #include "viewer/diagnosis_update.h"
 #include "viewer/scaler_skips.h"
@@ -414,6 +415,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
       if (auto math = InvalidMath(s, f)) return *math;
     }
     if (auto state = Fp16OptimizerState(s, f)) return *state;
+    if (auto stats = Fp16RunningStatistics(s, f)) return *stats;
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }
   if (!s.first_origin && s.first_received) {

@@ -7,6 +7,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
 #include "core/op_policy.h"
@@ -227,6 +228,10 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       TensorFacts& facts = op->outputs.emplace_back();
       facts.format = *format;
       if (t.is_complex()) facts.shape = ShapeOf(t);
+      if (!traits.written_not_returned.empty()) {  // batch norm's running statistics
+        const std::string name = WrittenNotReturnedName(inputs, traits, t);
+        if (!name.empty()) facts.shape = absl::StrCat(ShapeOf(t), " (", name, ", updated in place)");
+      }
       op->output_sizes.emplace_back().assign(t.sizes().begin(), t.sizes().end());  // formatted later
       const OutputStorage& storage = op->output_storages.emplace_back(DescribeOutputStorage(t));
       device_outputs.push_back({&t, static_cast<int>(op->outputs.size()) - 1, storage.key});

@@ -393,7 +393,14 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
     const bool changes_only_metadata = traits.handle->hasTag(at::Tag::inplace_view);
     for (size_t i = 0; i < args.size(); ++i) {
       const auto& arg = args[i];
-      if (arg.alias_info() && arg.alias_info()->isWrite() && !changes_only_metadata) {
+      // A composite batch_norm writes its running statistics through the
+      // kernel inside it, which is checked.
+      const bool writes_unannotated = !traits.composite &&
+                                      UpdatesRunningStats(fn.name()) &&
+                                      IsRunningStatistic(arg.name());
+      traits.updates_running_stats |= writes_unannotated;
+      if ((arg.alias_info() && arg.alias_info()->isWrite() && !changes_only_metadata) ||
+          writes_unannotated) {
         traits.writes = true;
         (arg.is_out() ? traits.out_args : traits.written_args)
             .push_back(static_cast<int>(i));
@@ -406,6 +413,17 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
     traits.view = !traits.writes && !schema.returns().empty();
     for (const auto& ret : schema.returns()) {
       if (!ret.alias_info()) traits.view = false;
+    }
+    // Written but not returned (native_batch_norm's running statistics,
+    // _native_batch_norm_legit's): what it returns does not show them.
+    for (int i : traits.written_args) {
+      const auto& written = args[static_cast<size_t>(i)].alias_info();
+      bool returned = false;
+      for (const auto& ret : schema.returns()) {
+        returned |= written && ret.alias_info() &&
+                    ret.alias_info()->beforeSets() == written->beforeSets();
+      }
+      if (!returned) traits.written_not_returned.push_back(i);
     }
   }
   if (PassesInputThrough(fn.name())) traits.view = true;
@@ -572,6 +590,28 @@ bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
     facts.counts = ScanDense(*format, c.data_ptr(), n, limits);
   }
   return true;
+}
+
+std::string WrittenNotReturnedName(const std::vector<c10::IValue>& inputs,
+                                   const OpTraits& traits, const at::Tensor& t) {
+  if (!traits.handle || !t.defined()) return "";
+  for (int i : traits.written_not_returned) {
+    const auto index = static_cast<size_t>(i);
+    if (index < inputs.size() && inputs[index].isTensor() &&
+        inputs[index].toTensor().is_same(t)) {
+      return traits.handle->schema().arguments()[index].name();
+    }
+  }
+  return "";
+}
+
+void NameWrittenNotReturned(const std::vector<c10::IValue>& inputs, const OpTraits& traits,
+                            const std::vector<at::Tensor>& tensors,
+                            std::vector<TensorFacts>& facts) {
+  for (size_t k = 0; k < tensors.size() && k < facts.size(); ++k) {
+    const std::string name = WrittenNotReturnedName(inputs, traits, tensors[k]);
+    if (!name.empty()) absl::StrAppend(&facts[k].shape, " (", name, ", updated in place)");
+  }
 }
 
 void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,

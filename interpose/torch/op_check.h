@@ -24,6 +24,13 @@ struct OpTraits {
   bool writes = false;  // in-place or out=: writes one of its arguments
   std::vector<int> written_args;  // in-place args (self of add_): positions
   std::vector<int> out_args;      // out= args: overwritten, not inputs
+  // Of written_args, those no return aliases (batch norm's running
+  // statistics): checked beside the outputs.
+  std::vector<int> written_not_returned;
+  // Writes a batch norm's running statistics (core/op_policy.h): module
+  // buffers, never a buffer its enclosing op just made, so their values
+  // before it are read even when it is nested.
+  bool updates_running_stats = false;
   bool view = false;    // returns aliases of its inputs without writing
   bool random = false;  // takes a Generator: recomputing it would draw again
   bool uninitialised = false;  // outputs hold garbage by contract (empty)
@@ -156,6 +163,16 @@ bool HoldsMasksNow(const at::Tensor& t, const CheckLimits& limits);
 // their storage whole, written by an op left unchecked (a fill, a copy of
 // finite values): a fresh tensor at a freed mask's address is no mask.
 void ForgetWholeStorages(const std::vector<c10::IValue>& outputs);
+
+// Output `t`'s name when it is an argument the op of `traits` writes
+// without returning it (batch norm's "running_var"), else empty: such
+// outputs are otherwise told apart by position only.
+std::string WrittenNotReturnedName(const std::vector<c10::IValue>& inputs,
+                                   const OpTraits& traits, const at::Tensor& t);
+// Names them in `facts`' shapes: "[32] (running_var, updated in place)".
+void NameWrittenNotReturned(const std::vector<c10::IValue>& inputs, const OpTraits& traits,
+                            const std::vector<at::Tensor>& tensors,
+                            std::vector<TensorFacts>& facts);
 
 // Checks every tensor among `outputs` of `owner`; appends facts and the
 // tensors.

@@ -530,6 +530,16 @@ std::vector<c10::IValue> WrittenArguments(const char* op, const std::vector<c10:
   return written;
 }
 
+std::vector<c10::IValue> WithWrittenNotReturned(const std::vector<c10::IValue>& returned,
+                                                const std::vector<c10::IValue>& inputs,
+                                                const OpTraits& traits) {
+  std::vector<c10::IValue> outputs = returned;
+  for (int i : traits.written_not_returned) {
+    if (static_cast<size_t>(i) < inputs.size()) outputs.push_back(inputs[static_cast<size_t>(i)]);
+  }
+  return outputs;
+}
+
 // Whether the op of `frame` is judged by what it returns at its end: an
 // operator that computes (not a record named by a string, as an
 // autograd.Function's apply or a torch.compile region are, with no outputs;
@@ -566,9 +576,13 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // An in-place op that returns nothing (_foreach_addcdiv_, _fused_adam_:
   // torch.optim's foreach and fused updates) has its written arguments for
   // outputs: the parameters and state it updated.
+  // One that returns tensors and writes others (batch norm's running
+  // statistics) has both for outputs.
   const std::vector<c10::IValue> written =
       fn.outputs().empty() ? WrittenArguments(frame.name, frame.inputs, traits)
-                           : std::vector<c10::IValue>();
+      : traits.written_not_returned.empty()
+          ? std::vector<c10::IValue>()
+          : WithWrittenNotReturned(fn.outputs(), frame.inputs, traits);
   const std::vector<c10::IValue>& outputs = written.empty() ? fn.outputs() : written;
 
   const char* top_op = nullptr;
@@ -669,6 +683,9 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                                              : CacheUse::kRemember,
                frame.cache_mark, ts.output_facts, ts.output_tensors);
   if (ts.output_facts.empty()) return;
+  if (!traits.written_not_returned.empty()) {
+    NameWrittenNotReturned(frame.inputs, traits, ts.output_tensors, ts.output_facts);
+  }
   if (traits.fp32_listed && top != nullptr && top->autocast_on) {
     // Listed, but reached inside an op autocast intercepts: switch that one.
     if (auto name = top->fn->operator_name(); name && ExtendFp32Fallback(*name)) {
@@ -962,8 +979,9 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           // A copy_ overwrites its destination whole: at the top level its
           // old values are no input, and scanning them (DDP's gradients, a
           // host buffer) is work for nothing. Nested, it defers to the
-          // op around it, as any nested in-place op does.
-          if (nested) {
+          // op around it, as any nested in-place op does; not batch
+          // norm, whose running statistics are the module's buffers.
+          if (nested && !traits.updates_running_stats) {
             f.written_before = UnknownWrittenArgs(traits);
           } else if (!traits.overwrites_written) {
             f.written_before =

@@ -73,6 +73,11 @@
 //                                     overflows at the zero frequency, a
 //                                     strided scaled copy of it passes the
 //                                     inf on, and the inverse FFT after it
+//   host_gpu_ops batch-norm           model.half()'s batch norm on raw
+//                                     features: native_batch_norm updates
+//                                     its fp16 running_var in place (its
+//                                     schema does not say so) past 65504
+//                                     and returns finite values
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -739,6 +744,31 @@ int Spectral() {
   return 0;
 }
 
+int BatchNorm() {
+  // A feature from 0 to 63000 (an income in dollars): variance 3.3e8.
+  const at::Tensor x = OnGpu(Unseen([] {
+    return (torch::arange(64, torch::kFloat) * 1000).reshape({64, 1}).expand({64, 3}).to(
+        torch::kHalf);
+  }));
+  const at::Tensor weight = GpuFull({3}, 1.0), bias = GpuFull({3}, 0.0);
+  const at::Tensor running_mean = GpuFull({3}, 0.0), running_var = GpuFull({3}, 1.0);
+  const at::Tensor y = GpuOp(
+      "aten::native_batch_norm", "",
+      {x, weight, bias, running_mean, running_var, true, 0.1, 1e-5}, [&] {
+        at::Tensor mean = HostOf(running_mean).to(at::kFloat);
+        at::Tensor var = HostOf(running_var).to(at::kFloat);
+        const auto result = at::native_batch_norm(HostOf(x).to(at::kFloat),
+                                                  HostOf(weight).to(at::kFloat),
+                                                  HostOf(bias).to(at::kFloat), mean, var,
+                                                  true, 0.1, 1e-5);
+        HostOf(running_mean).copy_(mean);
+        HostOf(running_var).copy_(var);  // 3.3e7 in fp16: inf
+        return std::get<0>(result).to(at::kHalf);
+      });
+  std::printf("normalised %s\n", c10::toString(y.scalar_type()));
+  return 0;
+}
+
 }  // namespace
 
 #if !NANHUNT_TORCH_AT_LEAST(2, 11)
@@ -777,7 +807,8 @@ int main(int argc, char** argv) {
   if (what == "gan") return Gan();
   if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
   if (what == "spectral") return Spectral();
+  if (what == "batch-norm") return BatchNorm();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | loop N\n");
   return 2;
 }

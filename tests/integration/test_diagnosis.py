@@ -3,7 +3,8 @@ shown by a real training script built to show it, run under the preload;
 the test checks the class, the op it names and that a fix is offered."""
 import pytest
 
-from conftest import DEMO, NANHUNT, PYTHON, SCRIPTS, preload_run, preload_script, run, view_json
+from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, plain_and_monitored, preload_run,
+                      preload_script, run, view_json)
 
 CASES = [
     # script, class, op named
@@ -15,6 +16,7 @@ CASES = [
     (SCRIPTS / "healthy_training.py", "healthy", ""),
     (SCRIPTS / "log_of_zero.py", "invalid_math", "aten::log"),
     (SCRIPTS / "adam_on_fp16_weights.py", "fp16_optimizer_state", "aten::addcdiv_"),
+    (SCRIPTS / "batchnorm_on_raw_features.py", "fp16_running_statistics", "aten::batch_norm"),
 ]
 
 
@@ -230,3 +232,25 @@ def test_flash_attentions_fp32_log_sum_exp_is_a_forecast_not_an_fp16_warning(out
     assert "WARNINGS BEFORE OVERFLOW" not in text, text
     # The long label is shortened, never its phase and dtype.
     assert "forward float32\n    up to " in text, text
+
+
+def test_batch_norms_running_variance_is_checked_where_it_is_written(out, tmp_path):
+    # native_batch_norm updates its running statistics in place, though its
+    # schema does not say so, and returns finite values: the overflow went
+    # unseen (the run was "healthy"; a later read of the buffer was blamed
+    # on the data). Checking them changes nothing the program computes.
+    script = SCRIPTS / "batchnorm_on_raw_features.py"
+    monitored, _ = plain_and_monitored([PYTHON, script], out)
+    assert "running_var [127.0, inf, 0.480224609375]" in monitored.stdout
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["top_op"], first["phase"], first["step"]) == (
+        "aten::native_batch_norm", "aten::batch_norm", "forward", 0), first
+    assert "float16[3] (running_var, updated in place) max|x|=inf +inf=1" in first["outputs"]
+    line = script.read_text().splitlines().index(
+        "    loss = (model(x).float() - y.float()).pow(2).mean()") + 1
+    assert first["source"] == f"{script}:{line} in <module>", first
+    # The first fix: batch norm kept in fp32 under an fp16 model.
+    fixed = preload_run([PYTHON, script, "fp32-bn"], tmp_path / "fixed")
+    assert fixed.returncode == 0, fixed.stderr
+    j = view_json(tmp_path / "fixed")
+    assert j["first_origin"] is None and j["diagnosis"]["kind"] != "fp16_running_statistics", j

@@ -115,6 +115,22 @@ def test_a_complex32_fft_that_overflows_is_the_origin_read_as_real_and_imaginary
     assert report["unchecked_ops"] == [], report["unchecked_ops"]
 
 
+@pytest.mark.parametrize("batch", [None, "32"])
+def test_batch_norms_running_variance_is_checked_on_the_gpu_as_written(batch, out):
+    # Not in native_batch_norm's schema: its returned values were finite,
+    # and the overflow went unseen.
+    settings = {"NANHUNT_GPU_BATCH": batch} if batch else {}
+    r = run_gpu_ops(["batch-norm"], out, STAND_IN_PRELOAD, **settings)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    origin = report["first_origin"]
+    assert (origin["kind"], origin["op"]) == ("origin", "aten::native_batch_norm"), origin
+    assert origin["outputs"].endswith(
+        "float16[3] (running_var, updated in place) max|x|=inf +inf=3"), origin
+    assert "float16[3] (running_mean, updated in place) max|x|=3150;" in origin["outputs"]
+    assert report["diagnosis"]["kind"] == "fp16_running_statistics", report["diagnosis"]
+
+
 def test_checks_held_back_are_enqueued_at_each_optimizer_steps_end(out):
     # With Python's optimizer records, a step's held checks go at its end,
     # not with the next step's ops: one batch a step, the origin as before.

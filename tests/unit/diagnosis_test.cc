@@ -436,5 +436,40 @@ TEST(Diagnosis, WithoutRecomputationBoundedFunctionsAndNaNAloneAreNoOverflow) {
   EXPECT_EQ(diagnose("aten::mm", 0, 5, 0).kind, "forward_overflow");
 }
 
+TEST(Diagnosis, ARunningStatisticThatOverflowedIsBatchNormsBuffers) {
+  RunSummary s;
+  s.steps = 6;
+  FindingRow f;
+  f.kind = "origin";
+  f.op = "aten::native_batch_norm";
+  f.top_op = "aten::batch_norm";
+  f.phase = "forward";
+  f.dtype = "float16";
+  f.step = 3;
+  f.posinf = 32;
+  f.elements = 2176;
+  f.source = "train.py:10 in <module>";
+  f.outputs =
+      "float16[64, 32] max|x|=3.17383; float16[32] max|x|=330.25; float16[32] "
+      "max|x|=0.000798702; float16[32] (running_mean, updated in place) max|x|=33.0312; "
+      "float16[32] (running_var, updated in place) max|x|=inf +inf=32";
+  s.first_origin = f;
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "fp16_running_statistics");
+  EXPECT_EQ(d.op, "aten::batch_norm");
+  EXPECT_TRUE(absl::StartsWith(d.title, "Batch norm's running_var overflowed in float16 (step 3)"))
+      << d.title;
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "m.float()")) << d.fixes[0];
+  // NANHUNT_FP32_OPS would write fp32 results back into fp16 buffers.
+  for (const std::string& fix : d.fixes) EXPECT_FALSE(absl::StrContains(fix, "FP32_OPS")) << fix;
+
+  // The normalised output overflowing is an ordinary forward overflow.
+  s.first_origin->outputs =
+      "float16[64, 32] max|x|=inf +inf=32; float16[32] (running_var, updated in place) "
+      "max|x|=0.5";
+  EXPECT_EQ(Diagnose(s).kind, "forward_overflow");
+}
+
 }  // namespace
 }  // namespace nanhunt
