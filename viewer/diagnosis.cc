@@ -286,7 +286,10 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
   d.evidence.push_back(absl::StrCat(
       "step ", f.step, ": ", f.op,
       BackwardOf(f), " turned finite values into ", f.dtype, " inf/NaN",
-      called_at ? absl::StrCat(", called in the backward pass at ", f.source) : "",
+      called_at ? absl::StrCat(f.phase == "backward" ? ", called in the backward pass at "
+                                                     : ", called at ",
+                               f.source)
+                : "",
       "; the forward pass was finite"));
   AddWarningTrend(s, f, d);
   AddScalerEvidence(s, SkipsOf(s), d);
@@ -415,6 +418,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
       if (auto math = InvalidMath(s, f)) return *math;
     }
     if (auto state = Fp16OptimizerState(s, f)) return *state;
+    if (auto norm = Fp16GradientNorm(s, f)) return *norm;
     if (auto stats = Fp16RunningStatistics(s, f)) return *stats;
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }

@@ -14,7 +14,7 @@ namespace nanhunt {
 struct Diagnosis {
   // forward_overflow, backward_overflow, invalid_math, nonfinite_input,
   // unchecked_maker (sample mode: an input whose maker went unchecked),
-  // skipped_steps, underflow, fp16_optimizer_state,
+  // skipped_steps, underflow, fp16_optimizer_state, fp16_gradient_norm,
   // fp16_running_statistics, healthy (and received, for a rank that only
   // got inf/NaN from others).
   std::string kind;

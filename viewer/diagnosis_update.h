@@ -19,4 +19,13 @@ namespace nanhunt {
 // division in the optimizer phase with fp16 outputs. Otherwise nullopt.
 std::optional<Diagnosis> Fp16OptimizerState(const RunSummary& s, const FindingRow& f);
 
+// The `fp16_gradient_norm` diagnosis when the first origin `f` is a norm of
+// fp16 gradients (clip_grad_norm_'s _foreach_norm and the norm of the
+// norms, or the program's own) that overflowed while each gradient was
+// finite: clip_grad_norm_ then multiplies every gradient by
+// max_norm / (inf + 1e-6) = 0, and training stops moving without a NaN in
+// the loss. Loss scaling and "clip gradients", the advice for a gradient
+// overflow, are no help: the clipping is what overflowed. Otherwise nullopt.
+std::optional<Diagnosis> Fp16GradientNorm(const RunSummary& s, const FindingRow& f);
+
 }  // namespace nanhunt

@@ -17,6 +17,7 @@ CASES = [
     (SCRIPTS / "log_of_zero.py", "invalid_math", "aten::log"),
     (SCRIPTS / "adam_on_fp16_weights.py", "fp16_optimizer_state", "aten::addcdiv_"),
     (SCRIPTS / "batchnorm_on_raw_features.py", "fp16_running_statistics", "aten::batch_norm"),
+    (SCRIPTS / "clip_grad_norm_fp16.py", "fp16_gradient_norm", "aten::_foreach_norm"),
 ]
 
 
@@ -254,3 +255,29 @@ def test_batch_norms_running_variance_is_checked_where_it_is_written(out, tmp_pa
     assert fixed.returncode == 0, fixed.stderr
     j = view_json(tmp_path / "fixed")
     assert j["first_origin"] is None and j["diagnosis"]["kind"] != "fp16_running_statistics", j
+
+
+def test_an_fp16_gradient_norm_that_overflowed_is_blamed_on_the_clipping(out, tmp_path):
+    # Each gradient finite, their norm not: clip_grad_norm_ zeroed them all
+    # and the loss stayed put. The diagnosis said "NaN mid-training:
+    # gradients overflowed", "called in the backward pass", and advised
+    # clipping gradients, the very thing that overflowed.
+    script = SCRIPTS / "clip_grad_norm_fp16.py"
+    monitored, _ = plain_and_monitored([PYTHON, script], out)
+    assert [l.split()[2] for l in monitored.stdout.splitlines()] == ["28374.6"] * 4
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["top_op"], first["phase"], first["step"]) == (
+        "aten::linalg_vector_norm", "aten::_foreach_norm", "optimizer", 0), first
+    line = script.read_text().splitlines().index(
+        "        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=1.0 * scale)") + 1
+    assert first["source"] == f"{script}:{line} in <module>", first
+    d = j["diagnosis"]
+    assert "clipping by it scales every gradient to 0" in d["title"], d
+    assert not any(f.startswith("clip gradients") for f in d["fixes"]), d
+    # The second fix, the norm taken in fp32: the loss falls, nothing to report.
+    fixed = preload_run([PYTHON, script, "fp32-norm"], tmp_path / "fixed")
+    assert fixed.returncode == 0, fixed.stderr
+    losses = [float(l.split()[2]) for l in fixed.stdout.splitlines()]
+    assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] - 100, losses
+    assert view_json(tmp_path / "fixed")["first_origin"] is None

@@ -439,15 +439,9 @@ TEST(Diagnosis, WithoutRecomputationBoundedFunctionsAndNaNAloneAreNoOverflow) {
 TEST(Diagnosis, ARunningStatisticThatOverflowedIsBatchNormsBuffers) {
   RunSummary s;
   s.steps = 6;
-  FindingRow f;
-  f.kind = "origin";
-  f.op = "aten::native_batch_norm";
+  FindingRow f = UpdateFinding("origin", "aten::native_batch_norm", 3);
   f.top_op = "aten::batch_norm";
   f.phase = "forward";
-  f.dtype = "float16";
-  f.step = 3;
-  f.posinf = 32;
-  f.elements = 2176;
   f.source = "train.py:10 in <module>";
   f.outputs =
       "float16[64, 32] max|x|=3.17383; float16[32] max|x|=330.25; float16[32] "
@@ -469,6 +463,36 @@ TEST(Diagnosis, ARunningStatisticThatOverflowedIsBatchNormsBuffers) {
       "float16[64, 32] max|x|=inf +inf=32; float16[32] (running_var, updated in place) "
       "max|x|=0.5";
   EXPECT_EQ(Diagnose(s).kind, "forward_overflow");
+}
+
+TEST(Diagnosis, AnFp16GradientNormThatOverflowedIsTheClippingsNotTheGradients) {
+  RunSummary s;
+  s.steps = 4;
+  FindingRow f = UpdateFinding("origin", "aten::linalg_vector_norm", 0);
+  f.top_op = "aten::_foreach_norm";
+  f.fp32_max_abs = 102335;
+  f.source = "train.py:13 in <module>";
+  f.inputs = "#0 float16[1024, 1024] max|x|=100";
+  s.first_origin = f;
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "fp16_gradient_norm");
+  EXPECT_EQ(d.op, "aten::_foreach_norm");
+  EXPECT_TRUE(absl::StrContains(d.evidence[0], "(recomputed in fp32 it is 102335), at train.py:13"))
+      << d.evidence[0];
+  // "Clip gradients" is what overflowed: never the advice here.
+  for (const std::string& fix : d.fixes) {
+    EXPECT_FALSE(absl::StartsWith(fix, "clip gradients")) << fix;
+    EXPECT_FALSE(absl::StrContains(fix, "SKIP_NONFINITE")) << fix;
+  }
+  // A forward norm (a layer's) is a forward overflow; fp32 norms are no fp16 problem.
+  s.first_origin->phase = "forward";
+  EXPECT_EQ(Diagnose(s).kind, "forward_overflow");
+  s.first_origin->phase = "optimizer";
+  s.first_origin->op = "aten::mul";
+  s.first_origin->top_op = "";
+  d = Diagnose(s);
+  EXPECT_EQ(d.kind, "backward_overflow");
+  EXPECT_TRUE(absl::StrContains(d.evidence[0], ", called at train.py:13")) << d.evidence[0];
 }
 
 }  // namespace
