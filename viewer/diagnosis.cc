@@ -401,6 +401,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
   if (s.first_origin) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") {
+      if (auto loaded = RunningStatisticsLoaded(s, f)) return *loaded;
       return s.op_sampling.empty() ? NonFiniteInput(s, f) : UncheckedMaker(s, f);
     }
     if (f.kind == "compiled") return CompiledRegionMade(f);

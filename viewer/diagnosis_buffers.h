@@ -3,8 +3,8 @@
 // them with the weights; the running variance is a mean of squared
 // activations, past 65504 once activations pass about 256. The values the
 // layer returns stay finite, so training goes on, while evaluation
-// normalises by an infinite variance: every output of the layer becomes its
-// bias. Running the op in fp32 (NANHUNT_FP32_OPS) cannot help: the
+// normalises by an infinite variance: the layer's output for that feature
+// becomes its bias. Running the op in fp32 (NANHUNT_FP32_OPS) cannot help: the
 // buffers it writes back into stay fp16.
 #pragma once
 
@@ -18,5 +18,12 @@ namespace nanhunt {
 // inf/NaN are in a running statistic it updated in place (the plugin names
 // such outputs "(running_var, updated in place)"). Otherwise nullopt.
 std::optional<Diagnosis> Fp16RunningStatistics(const RunSummary& s, const FindingRow& f);
+
+// The `nonfinite_input` diagnosis, told of the model rather than the data,
+// when the first finding `f` is an input one whose inf/NaN were in a batch
+// norm's running statistic (the plugin names such inputs "(running_var)"):
+// no op of this process made them, so the model came with them (a
+// checkpoint saved after they overflowed). Otherwise nullopt.
+std::optional<Diagnosis> RunningStatisticsLoaded(const RunSummary& s, const FindingRow& f);
 
 }  // namespace nanhunt

@@ -802,6 +802,9 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
       if (!CheckTensor(t, limits, facts, CacheUse::kReuse)) return;
       f.dtype = std::string(FormatName(facts.format));
       f.shape = facts.shape;
+      if (traits.updates_running_stats) {  // the viewer reads this (diagnosis_buffers.cc)
+        absl::StrAppend(&f.shape, " (", traits.handle->schema().arguments()[index].name(), ")");
+      }
       f.checked = true;
       MergeCounts(f.counts, facts.counts);
       f.max_abs = std::max(f.max_abs, MaxAbs(facts.format, facts.counts));

@@ -603,6 +603,10 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
       forward_line = f.forward_line;
     }
   }
+  // A batch norm's running statistics are the module's buffers, never what
+  // the op around it returns: inf/NaN it was given there, that no op made,
+  // came with the model (a checkpoint), not from that op's kernel.
+  if (traits.updates_running_stats) enclosing_op_judges = false;
   // The copy_ right inside _to_copy or clone, the fill_ inside zero_ or
   // full, write the tensor the enclosing op returns as it is: its check at
   // its end covers that memory and judges it by its inputs

@@ -257,6 +257,25 @@ def test_batch_norms_running_variance_is_checked_where_it_is_written(out, tmp_pa
     assert j["first_origin"] is None and j["diagnosis"]["kind"] != "fp16_running_statistics", j
 
 
+def test_a_running_variance_loaded_with_the_model_is_not_blamed_on_the_data(out, tmp_path):
+    # Evaluating a checkpoint saved after its running_var overflowed: the
+    # nested native_batch_norm left the inf to batch_norm around it, which
+    # returns none, and the run was "healthy" with inf counted in the table.
+    script, checkpoint = SCRIPTS / "batchnorm_on_raw_features.py", tmp_path / "model.pt"
+    assert run([PYTHON, script, "save", checkpoint]).returncode == 0
+    plain_and_monitored([PYTHON, script, "evaluate", checkpoint], out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["kind"], first["op"], first["top_op"]) == (
+        "input", "aten::native_batch_norm", "aten::batch_norm"), first
+    d = j["diagnosis"]
+    assert d["kind"] == "nonfinite_input", d
+    assert d["title"] == (
+        "Non-finite values came in with the model: batch norm's running_var held inf/NaN"), d
+    assert "#4 float16[3] (running_var) max|x|=inf +inf=1" in " ".join(d["evidence"]), d
+    assert d["fixes"][0].startswith("to repair the model: reset_running_stats()"), d
+
+
 def test_an_fp16_gradient_norm_that_overflowed_is_blamed_on_the_clipping(out, tmp_path):
     # Each gradient finite, their norm not: clip_grad_norm_ zeroed them all
     # and the loss stayed put. The diagnosis said "NaN mid-training:

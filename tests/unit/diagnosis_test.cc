@@ -463,6 +463,18 @@ TEST(Diagnosis, ARunningStatisticThatOverflowedIsBatchNormsBuffers) {
       "float16[64, 32] max|x|=inf +inf=32; float16[32] (running_var, updated in place) "
       "max|x|=0.5";
   EXPECT_EQ(Diagnose(s).kind, "forward_overflow");
+
+  // Read, never made in this run: the model came with it, not the data.
+  s.first_origin->kind = "input";
+  s.first_origin->inputs =
+      "#0 float16[16, 3] max|x|=99.6875; #4 float16[3] (running_var) max|x|=inf +inf=1";
+  d = Diagnose(s);
+  EXPECT_EQ(d.kind, "nonfinite_input");
+  EXPECT_EQ(d.title, "Non-finite values came in with the model: batch norm's running_var held "
+                     "inf/NaN");
+  s.first_origin->inputs = "#0 float16[16, 3] max|x|=inf +inf=1; #4 float16[3] (running_var) "
+                           "max|x|=0.5";
+  EXPECT_EQ(Diagnose(s).title, "Non-finite values came in with the data, not from an op");
 }
 
 TEST(Diagnosis, AnFp16GradientNormThatOverflowedIsTheClippingsNotTheGradients) {
