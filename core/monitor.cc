@@ -94,12 +94,18 @@ absl::string_view DeviceInputState(const InputFacts& in) {
   return "taken as finite (no check of what wrote it found inf or NaN)";
 }
 
+// " (parameter 2.weight)": the viewer reads it (viewer/diagnosis_loaded_state.h).
+std::string ModelTensorNote(const InputFacts& in) {
+  return in.model_tensor.empty() ? "" : absl::StrCat(" (", in.model_tensor, ")");
+}
+
 std::string Describe(const std::vector<InputFacts>& inputs) {
   std::vector<std::string> parts;
   for (const auto& in : inputs) {
     std::string d =
         in.on_device ? absl::StrCat(in.dtype, in.shape, " on the GPU, ", DeviceInputState(in))
-        : in.checked ? DescribeTensor(in.dtype, in.shape, in.counts, in.max_abs)
+        : in.checked ? DescribeTensor(in.dtype, absl::StrCat(in.shape, ModelTensorNote(in)),
+                                      in.counts, in.max_abs)
                      : absl::StrCat(in.dtype, in.shape, " (not checked)");
     // The viewer reads this (FromMask in viewer/summary.h).
     if (in.deliberate && !in.on_device) absl::StrAppend(&d, ", put there by a mask");

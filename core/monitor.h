@@ -69,6 +69,10 @@ struct InputFacts {
   // A Python number torch wrapped into a tensor (the inf of `x != inf`):
   // a literal of the program, which no op computed.
   bool python_number = false;
+  // What it is to the model, when it brought inf/NaN no op made:
+  // "parameter 2.weight", "buffer pos_table", "Adam state exp_avg_sq of
+  // 2.weight" (a checkpoint that diverged). Empty when not known.
+  std::string model_tensor;
   // On a GPU, not read: no check of the op that wrote it found anything
   // (or none was made), so it is taken as finite.
   bool assumed_finite = false;

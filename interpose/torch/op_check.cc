@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
 #include "core/op_policy.h"
+#include "interpose/torch/model_tensor_names.h"
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/source_location.h"
@@ -873,6 +874,48 @@ void CarryNonFinite(const std::vector<c10::IValue>& inputs,
   }
 }
 
+namespace {
+
+// What `t`, given inf/NaN no checked op made, is to the model (see
+// NameModelTensor). Without Python to look, a leaf that requires grad (or
+// a view of one) is what an optimizer trains: a parameter.
+std::string ModelTensorLabel(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return "";
+  std::optional<std::string> name;
+  {
+    QuietScope quiet;  // should the walk run an op (a __del__), it goes unseen
+    name = NameModelTensor(t.storage().data());
+  }
+  if (name) return *name;  // Python looked: a tensor of no module is none of the model's
+  at::Tensor base = t;  // linear's weight comes as weight.t(), a view
+  while (base.is_view()) base = base._base();
+  return base.requires_grad() && base.is_leaf() ? "parameter" : "";
+}
+
+// Says what `t` is to the model when it brought inf/NaN that no checked op
+// made: a checkpoint's, not a batch's.
+void LabelModelTensor(const at::Tensor& t, InputFacts& f) {
+  if (!AnyNonFinite(f.counts) || f.produced_by_op || f.deliberate) return;
+  f.model_tensor = ModelTensorLabel(t);
+}
+
+// LabelModelTensor for an argument the op wrote, whose facts from before
+// are merged over a list (_foreach_mul_'s exp_avg_sqs): the first tensor
+// that holds inf/NaN now names it.
+void LabelWrittenArg(const c10::IValue& v, const CheckLimits& limits, InputFacts& f) {
+  if (!AnyNonFinite(f.counts) || f.produced_by_op || f.deliberate) return;
+  if (v.isTensor()) return LabelModelTensor(v.toTensor(), f);
+  bool named = false;
+  ForEachTensor(v, [&](const at::Tensor& t) {
+    TensorFacts facts;
+    if (named || !CheckTensor(t, limits, facts) || !AnyNonFinite(facts.counts)) return;
+    LabelModelTensor(t, f);
+    named = true;
+  });
+}
+
+}  // namespace
+
 TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,
                                const std::vector<InputFacts>& written_before,
                                const std::vector<at::Tensor>& outputs,
@@ -915,6 +958,9 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
     }
     if (before != nullptr) {
       result.push_back(*before);  // overwritten by the op: its old values
+      // Written in place, it is the same storage: an optimizer's state. A
+      // batch norm's running statistics are named by their argument.
+      if (!traits_.updates_running_stats) LabelWrittenArg(v, limits_, result.back());
       continue;
     }
     ForEachTensor(v, [&](const at::Tensor& t) {
@@ -939,6 +985,7 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         f.python_number = t.unsafeGetTensorImpl()->is_wrapped_number();
         f.deliberate = AnyNonFinite(f.counts) && f.counts.nan == 0 &&
                        (KnownDeliberate(t) || f.python_number);
+        LabelModelTensor(t, f);
       }
       result.push_back(std::move(f));
     });

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <functional>
+
 namespace nanhunt {
 namespace {
 
@@ -102,8 +104,13 @@ bool RaiseInPython(const char* message, unsigned long thread) {
   return raised;
 }
 
-bool RunPython(const char* code,
-               const std::vector<std::pair<const char*, std::string>>& strings) {
+namespace {
+
+// Runs `code` with `strings` bound as globals; then `read`, when given,
+// reads the globals before they go. All under the GIL.
+bool RunWithGlobals(const char* code,
+                    const std::vector<std::pair<const char*, std::string>>& strings,
+                    const std::function<bool(const PythonApi&, void*)>& read) {
   const PythonApi& py = Python();
   if (!py.ok || !py.IsInitialized() || py.IsFinalizing()) return false;
   const int gil = py.GilEnsure();
@@ -119,11 +126,32 @@ bool RunPython(const char* code,
     void* result = ok ? py.RunString(code, kFileInput, globals, globals) : nullptr;
     ok = result != nullptr;
     if (result != nullptr) py.DecRef(result);
+    if (ok && read) ok = read(py, globals);
     py.DecRef(globals);
   }
   if (!ok) py.ErrClear();
   py.GilRelease(gil);
   return ok;
+}
+
+}  // namespace
+
+bool RunPython(const char* code,
+               const std::vector<std::pair<const char*, std::string>>& strings) {
+  return RunWithGlobals(code, strings, nullptr);
+}
+
+std::optional<std::string> EvalPython(
+    const char* code, const std::vector<std::pair<const char*, std::string>>& strings,
+    const char* result_name) {
+  std::optional<std::string> value;
+  RunWithGlobals(code, strings, [&](const PythonApi& py, void* globals) {
+    void* result = py.DictGetItemString(globals, result_name);  // borrowed
+    const char* text = result != nullptr ? py.Utf8(result) : nullptr;
+    if (text != nullptr) value = text;
+    return text != nullptr;
+  });
+  return value;
 }
 
 }  // namespace nanhunt

@@ -3,6 +3,7 @@
 // All exist, with these signatures, in CPython 3.9 through 3.13.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,5 +60,11 @@ unsigned long PythonThreadHere();
 // exception is cleared: the code reports its own errors).
 bool RunPython(const char* code,
                const std::vector<std::pair<const char*, std::string>>& strings);
+
+// As RunPython, then reads the global `result_name`, a str the code set:
+// nullopt when there is no Python, the code raised, or it set no str.
+std::optional<std::string> EvalPython(
+    const char* code, const std::vector<std::pair<const char*, std::string>>& strings,
+    const char* result_name);
 
 }  // namespace nanhunt
