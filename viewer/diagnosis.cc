@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check_limits.h"
 #include "viewer/diagnosis_buffers.h"
+#include "viewer/diagnosis_loaded_state.h"
 #include "viewer/diagnosis_math.h"
 #include "viewer/diagnosis_update.h"
 #include "viewer/scaler_skips.h"
@@ -402,6 +403,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     const FindingRow& f = *s.first_origin;
     if (f.kind == "input") {
       if (auto loaded = RunningStatisticsLoaded(s, f)) return *loaded;
+      if (auto loaded = LoadedStateNonFinite(s, f)) return *loaded;
       return s.op_sampling.empty() ? NonFiniteInput(s, f) : UncheckedMaker(s, f);
     }
     if (f.kind == "compiled") return CompiledRegionMade(f);

@@ -549,7 +549,7 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       absl::StrAppend(&out, "  ", red, "input", reset, "   ", bold, OpLabel(f),
                       reset, "  ", f.phase, "  step ", f.step,
                       s.op_sampling.empty()
-                          ? "\n          non-finite values arrived from outside (data, "
+                          ? "\n          inf/NaN arrived from outside (data, a checkpoint, "
                             "a constant); this op consumed them first\n"
                           : "\n          no checked op made them (sample mode checks a share "
                             "of ops); this op consumed them first\n",

@@ -4,12 +4,15 @@
 // argv[3]: micro-batches of gradient accumulation per update (default 1);
 // the overflow is in the step's last one. argv[4] "first-layer": the
 // overflow is the model's own instead, in its first op: fp16 autocast casts
-// an input scaled past 65504 inside the linear layer.
+// an input scaled past 65504 inside the linear layer. argv[4] "nan-weight":
+// no overflow, but the weight holds a NaN from the start, written to its
+// memory as loading a checkpoint that diverged does (no op of the run made it).
 // Losses are printed as hex floats so runs can be compared bit for bit.
 #include <torch/torch.h>
 
 #include <ATen/autocast_mode.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,8 +22,10 @@ int main(int argc, char** argv) {
   const int steps = argc > 2 ? std::atoi(argv[2]) : 6;
   const int micro_batches = argc > 3 ? std::atoi(argv[3]) : 1;
   const bool in_first_layer = argc > 4 && std::string(argv[4]) == "first-layer";
+  const bool nan_weight = argc > 4 && std::string(argv[4]) == "nan-weight";
   torch::manual_seed(0);
   torch::nn::Linear model(8, 1);
+  if (nan_weight) model->weight.data_ptr<float>()[3] = NAN;
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01));
   const torch::Tensor x = torch::randn({16, 8});
   const torch::Tensor y = torch::randn({16, 1});

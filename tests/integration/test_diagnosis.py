@@ -276,6 +276,36 @@ def test_a_running_variance_loaded_with_the_model_is_not_blamed_on_the_data(out,
     assert d["fixes"][0].startswith("to repair the model: reset_running_stats()"), d
 
 
+@pytest.mark.parametrize("foreach", [False, True], ids=["per-tensor", "foreach"])
+@pytest.mark.parametrize("planted,title,named,op", [
+    ("nan-weight", "The model's parameters brought NaN, not the data", "parameter 2.weight",
+     "aten::linear"),
+    ("inf-adam", "The optimizer's state brought inf, not the data",
+     "Adam state exp_avg_sq of 2.weight", "aten::mul_"),
+], ids=["weight", "adam-state"])
+def test_a_checkpoint_that_diverged_is_blamed_not_the_first_batch(
+        planted, title, named, op, foreach, out, tmp_path):
+    # Resumed from a checkpoint saved after its run diverged, the first
+    # forward pass (or update) reads inf/NaN no op made: it was "came in
+    # with the data", and the user searched a healthy dataset.
+    script, checkpoint = SCRIPTS / "resume_from_diverged_checkpoint.py", tmp_path / "ckpt.pt"
+    assert run([PYTHON, script, "save-" + planted, checkpoint]).returncode == 0
+    plain_and_monitored(
+        [PYTHON, script, "resume", checkpoint, *(["foreach"] if foreach else [])], out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["kind"], first["op"], first["step"]) == ("input", op, 0), first
+    assert f"({named})" in first["inputs"], first
+    d = j["diagnosis"]
+    assert (d["kind"], d["title"]) == ("nonfinite_input", title), d
+    assert f"read {named}, whose inf/NaN no op of this run had made" in d["evidence"][0], d
+    fixes = " ".join(d["fixes"])
+    assert "resume from an earlier checkpoint" in fixes and "guard saving" in fixes, d
+    assert "batch" not in d["fixes"][0], d
+    text = run([NANHUNT, "view", out]).stdout
+    assert f"DIAGNOSIS  {title}" in text
+
+
 def test_an_fp16_gradient_norm_that_overflowed_is_blamed_on_the_clipping(out, tmp_path):
     # Each gradient finite, their norm not: clip_grad_norm_ zeroed them all
     # and the loss stayed put. The diagnosis said "NaN mid-training:

@@ -25,6 +25,19 @@ def test_libtorch_program_is_monitored_like_python(out):
     assert report["steps"] == 6
 
 
+def test_a_libtorch_parameter_that_came_non_finite_is_blamed_not_the_data(out):
+    # No Python to name it by: a leaf that requires grad is a parameter.
+    r = nanhunt_run([PROGRAM, "-1", "2", "1", "nan-weight"], out)
+    assert r.returncode == 0, r.stderr
+    report = view_json(out)
+    first = report["first_origin"]
+    assert (first["kind"], first["step"]) == ("input", 0), first
+    assert "(parameter)" in first["inputs"], first
+    d = report["diagnosis"]
+    assert d["title"] == "The model's parameters brought NaN, not the data", d
+    assert "read a parameter (a leaf that requires grad)" in d["evidence"][0], d
+
+
 @pytest.mark.parametrize("overflow_step", [0, 3])
 def test_libtorch_micro_batches_are_counted_in_their_step(out, overflow_step):
     # Three micro-batches of gradient accumulation per SGD step: nothing

@@ -477,6 +477,64 @@ TEST(Diagnosis, ARunningStatisticThatOverflowedIsBatchNormsBuffers) {
   EXPECT_EQ(Diagnose(s).title, "Non-finite values came in with the data, not from an op");
 }
 
+TEST(Diagnosis, InfNanAModelOrOptimizerCameWithAreTheCheckpointsNotTheData) {
+  RunSummary s;
+  s.steps = 3;
+  FindingRow f = UpdateFinding("input", "aten::linear", 0);
+  f.phase = "forward";
+  f.source = "train.py:14 in <module>";
+  f.inputs = "#0 float16[32, 16] max|x|=2.35; #1 float32[1, 16] (parameter 2.weight) "
+             "max|x|=0.24 nan=1; #2 float32[1] max|x|=0.04";
+  s.first_origin = f;
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "nonfinite_input");
+  EXPECT_EQ(d.op, "aten::linear");
+  EXPECT_EQ(d.title, "The model's parameters brought NaN, not the data");
+  ASSERT_FALSE(d.evidence.empty());
+  EXPECT_TRUE(absl::StartsWith(d.evidence[0], "step 0: aten::linear (forward) read parameter "
+                                              "2.weight, whose inf/NaN no op of this run had "
+                                              "made, at train.py:14"))
+      << d.evidence[0];
+  ASSERT_EQ(d.fixes.size(), 3u);
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "model.named_parameters()")) << d.fixes[0];
+
+  // Several, of both kinds: the first three are named.
+  s.first_origin->inputs =
+      "#0 float32[4] (buffer a) max|x|=inf +inf=1; #1 float32[4] (parameter b) nan=1; "
+      "#2 float32[4] (parameter c) nan=2; #3 float32[4] (parameter d) nan=1";
+  d = Diagnose(s);
+  EXPECT_EQ(d.title, "The model's parameters and buffers brought inf and NaN, not the data");
+  EXPECT_TRUE(absl::StrContains(d.evidence[0], "read buffer a, parameter b, parameter c and 1 "
+                                               "more,"))
+      << d.evidence[0];
+
+  // An optimizer's state: the advice is to start it afresh.
+  s.first_origin = UpdateFinding("input", "aten::mul_", 0);
+  s.first_origin->inputs =
+      "#0 float32[1, 16] (Adam state exp_avg_sq of 2.weight) max|x|=inf +inf=1; #1 float64[] "
+      "max|x|=0.999";
+  d = Diagnose(s);
+  EXPECT_EQ(d.title, "The optimizer's state brought inf, not the data");
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "keep the model and start the optimizer afresh"))
+      << d.fixes[0];
+
+  // Unnamed, in an update: no batch goes into one.
+  s.first_origin->inputs = "#0 float32[1, 16] max|x|=inf +inf=1; #1 float64[] max|x|=0.999";
+  EXPECT_EQ(Diagnose(s).title, "Non-finite values came into the optimizer step, not from an op");
+
+  // A finite named tensor beside a batch that holds NaN: the data.
+  s.first_origin = f;
+  s.first_origin->inputs = "#0 float16[32, 16] max|x|=2.35 nan=3; #1 float32[1, 16] "
+                           "(parameter 2.weight) max|x|=0.24";
+  EXPECT_EQ(Diagnose(s).title, "Non-finite values came in with the data, not from an op");
+
+  // Sample mode: an op it did not check may have made them.
+  s.first_origin->inputs = f.inputs;
+  s.op_sampling = "torch";
+  EXPECT_EQ(Diagnose(s).kind, "unchecked_maker");
+}
+
 TEST(Diagnosis, AnFp16GradientNormThatOverflowedIsTheClippingsNotTheGradients) {
   RunSummary s;
   s.steps = 4;

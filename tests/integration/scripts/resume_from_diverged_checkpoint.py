@@ -1,0 +1,45 @@
+# Resuming from a checkpoint saved after the run that wrote it had
+# diverged: the inf/NaN come with the model or the optimizer, and the first
+# batch is blamed by hand (and was by nanhunt) for what is the checkpoint's.
+#   save-nan-weight PATH   a NaN in the last layer's weight, as an update
+#                          that overflowed leaves it
+#   save-inf-adam PATH     an inf in Adam's exp_avg_sq of that weight (a
+#                          squared gradient past fp16's range)
+#   resume PATH [foreach]  loads the checkpoint and trains three steps under
+#                          fp16 autocast; "foreach": Adam's foreach update
+import sys
+
+import torch
+
+mode, path = sys.argv[1], sys.argv[2]
+foreach = sys.argv[3:] == ["foreach"]
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
+
+
+def train(steps):
+    for step in range(steps):
+        x, y = torch.randn(32, 8), torch.randn(32, 1)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(step, loss.item())
+
+
+if mode == "resume":
+    checkpoint = torch.load(path)
+    model.load_state_dict(checkpoint["model"])
+    opt.load_state_dict(checkpoint["optimizer"])
+    train(3)
+    sys.exit(0)
+train(2)
+with torch.no_grad():
+    if mode == "save-nan-weight":
+        model[2].weight[0, 3] = float("nan")
+    else:
+        assert mode == "save-inf-adam", mode
+        opt.state[model[2].weight]["exp_avg_sq"][0, 3] = float("inf")
+torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path)
