@@ -15,6 +15,9 @@ namespace {
 struct NamedInput {
   std::string name;  // "parameter 2.weight"
   bool optimizer_state = false;
+  // Copied into it by the op (load_state_dict's copy_ of a checkpoint
+  // saved in another dtype): "(copied into parameter 2.weight)".
+  bool copied = false;
   bool nan = false, inf = false;
 };
 
@@ -30,7 +33,8 @@ std::vector<NamedInput> NonFiniteNamedInputs(absl::string_view inputs) {
     for (absl::string_view label : absl::StrSplit(part, " (")) {
       const size_t end = label.find(')');
       if (end == absl::string_view::npos) continue;
-      const absl::string_view name = label.substr(0, end);
+      absl::string_view name = label.substr(0, end);
+      in.copied = absl::ConsumePrefix(&name, "copied into ");
       const bool model = absl::StartsWith(name, "parameter") || absl::StartsWith(name, "buffer ");
       in.optimizer_state = absl::StrContains(name, " state ");
       if (model || in.optimizer_state) {
@@ -108,18 +112,26 @@ std::optional<Diagnosis> LoadedStateNonFinite(const RunSummary& s, const Finding
   }
   const std::string names = Names(named);
   // Names go in the evidence: a model's paths are too long for a title.
-  bool buffers = false, parameters = false;
+  bool buffers = false, parameters = false, copied = true;
   for (const NamedInput& in : named) {
     buffers |= absl::StartsWith(in.name, "buffer ");
     parameters |= absl::StartsWith(in.name, "parameter");
+    copied &= in.copied;
   }
   const std::string holder = optimizer_state           ? "The optimizer's state"
                              : buffers && parameters ? "The model's parameters and buffers"
                              : buffers               ? "The model's buffers"
                                                      : "The model's parameters";
-  d.title = absl::StrCat(holder, " brought ", WhatItHeld(named), ", not the data");
-  d.evidence.push_back(absl::StrCat("step ", f.step, ": ", where, " read ", names,
-                                    ", whose inf/NaN no op of this run had made", at));
+  if (copied && !optimizer_state) {
+    d.title = absl::StrCat(holder, " were loaded with ", WhatItHeld(named),
+                           "; the data is not to blame");
+    d.evidence.push_back(absl::StrCat("step ", f.step, ": ", where, " copied inf/NaN into ",
+                                      names, " from a tensor no op of this run had made", at));
+  } else {
+    d.title = absl::StrCat(holder, " brought ", WhatItHeld(named), ", not the data");
+    d.evidence.push_back(absl::StrCat("step ", f.step, ": ", where, " read ", names,
+                                      ", whose inf/NaN no op of this run had made", at));
+  }
   d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
   d.evidence.push_back(absl::StrCat(
       "the ", optimizer_state ? "optimizer" : "model",
@@ -131,6 +143,12 @@ std::optional<Diagnosis> LoadedStateNonFinite(const RunSummary& s, const Finding
     d.fixes.push_back(
         "keep the model and start the optimizer afresh (leave out optimizer.load_state_dict): "
         "Adam's moments rebuild within a few hundred steps, best under a learning-rate warmup");
+    d.fixes.push_back(kEarlierCheckpoint);
+  } else if (copied) {
+    d.fixes.push_back(
+        "find them in the checkpoint: [k for k, v in torch.load(path).items() if torch.is_tensor(v) "
+        "and v.is_floating_point() and not v.isfinite().all()] (its state_dict, or the entry "
+        "that holds it)");
     d.fixes.push_back(kEarlierCheckpoint);
   } else {
     d.fixes.push_back(

@@ -3,9 +3,10 @@
 // that wrote it diverged (the run resumed from it fails at its first
 // step), or values set outside torch's ops. The plugin names the tensors
 // such values came in ("(parameter 2.weight)", "(buffer pos_table)",
-// "(Adam state exp_avg_sq of 2.weight)"; interpose/torch/
-// model_tensor_names.h); the advice is then about the checkpoint, not the
-// dataset.
+// "(Adam state exp_avg_sq of 2.weight)", or for the copy load_state_dict
+// makes of a checkpoint saved in another dtype, "(copied into parameter
+// 2.weight)"; interpose/torch/model_tensor_names.h); the advice is then
+// about the checkpoint, not the dataset.
 #pragma once
 
 #include <optional>

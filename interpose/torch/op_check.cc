@@ -893,10 +893,16 @@ std::string ModelTensorLabel(const at::Tensor& t) {
 }
 
 // Says what `t` is to the model when it brought inf/NaN that no checked op
-// made: a checkpoint's, not a batch's.
-void LabelModelTensor(const at::Tensor& t, InputFacts& f) {
+// made: a checkpoint's, not a batch's. A tensor of no module that a copy
+// writes into one (`destination`: load_state_dict's copy_ of a checkpoint
+// saved in another dtype) is named by where it went.
+void LabelModelTensor(const at::Tensor& t, InputFacts& f,
+                      const at::Tensor* destination = nullptr) {
   if (!AnyNonFinite(f.counts) || f.produced_by_op || f.deliberate) return;
   f.model_tensor = ModelTensorLabel(t);
+  if (!f.model_tensor.empty() || destination == nullptr) return;
+  const std::string into = ModelTensorLabel(*destination);
+  if (!into.empty()) f.model_tensor = "copied into " + into;
 }
 
 // LabelModelTensor for an argument the op wrote, whose facts from before
@@ -931,6 +937,12 @@ TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,
 
 std::vector<InputFacts> TorchOpContext::Inputs() {
   std::vector<InputFacts> result;
+  const at::Tensor* destination = nullptr;  // copy_'s self
+  if (traits_.writes_whole_tensor && !traits_.written_args.empty() &&
+      static_cast<size_t>(traits_.written_args[0]) < inputs_.size() &&
+      inputs_[traits_.written_args[0]].isTensor()) {
+    destination = &inputs_[traits_.written_args[0]].toTensor();
+  }
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const c10::IValue& v = inputs_[i];
     if (v.isDouble()) {
@@ -985,7 +997,7 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         f.python_number = t.unsafeGetTensorImpl()->is_wrapped_number();
         f.deliberate = AnyNonFinite(f.counts) && f.counts.nan == 0 &&
                        (KnownDeliberate(t) || f.python_number);
-        LabelModelTensor(t, f);
+        LabelModelTensor(t, f, destination);
       }
       result.push_back(std::move(f));
     });

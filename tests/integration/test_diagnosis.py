@@ -277,17 +277,23 @@ def test_a_running_variance_loaded_with_the_model_is_not_blamed_on_the_data(out,
 
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["per-tensor", "foreach"])
-@pytest.mark.parametrize("planted,title,named,op", [
+@pytest.mark.parametrize("planted,title,named,op,evidence", [
     ("nan-weight", "The model's parameters brought NaN, not the data", "parameter 2.weight",
-     "aten::linear"),
+     "aten::linear", "read parameter 2.weight, whose inf/NaN no op of this run had made"),
     ("inf-adam", "The optimizer's state brought inf, not the data",
-     "Adam state exp_avg_sq of 2.weight", "aten::mul_"),
-], ids=["weight", "adam-state"])
+     "Adam state exp_avg_sq of 2.weight", "aten::mul_",
+     "read Adam state exp_avg_sq of 2.weight, whose inf/NaN no op of this run had made"),
+    ("nan-weight-fp16", "The model's parameters were loaded with NaN; the data is not to blame",
+     "copied into parameter 2.weight", "aten::copy_",
+     "copied inf/NaN into parameter 2.weight from a tensor no op of this run had made"),
+], ids=["weight", "adam-state", "fp16-weight"])
 def test_a_checkpoint_that_diverged_is_blamed_not_the_first_batch(
-        planted, title, named, op, foreach, out, tmp_path):
+        planted, title, named, op, evidence, foreach, out, tmp_path):
     # Resumed from a checkpoint saved after its run diverged, the first
     # forward pass (or update) reads inf/NaN no op made: it was "came in
-    # with the data", and the user searched a healthy dataset.
+    # with the data", and the user searched a healthy dataset. A checkpoint
+    # saved in fp16 is converted by load_state_dict's copy_, which is
+    # checked: the copy is named, by the parameter it wrote.
     script, checkpoint = SCRIPTS / "resume_from_diverged_checkpoint.py", tmp_path / "ckpt.pt"
     assert run([PYTHON, script, "save-" + planted, checkpoint]).returncode == 0
     plain_and_monitored(
@@ -298,7 +304,7 @@ def test_a_checkpoint_that_diverged_is_blamed_not_the_first_batch(
     assert f"({named})" in first["inputs"], first
     d = j["diagnosis"]
     assert (d["kind"], d["title"]) == ("nonfinite_input", title), d
-    assert f"read {named}, whose inf/NaN no op of this run had made" in d["evidence"][0], d
+    assert evidence in d["evidence"][0], d
     fixes = " ".join(d["fixes"])
     assert "resume from an earlier checkpoint" in fixes and "guard saving" in fixes, d
     assert "batch" not in d["fixes"][0], d

@@ -508,6 +508,16 @@ TEST(Diagnosis, InfNanAModelOrOptimizerCameWithAreTheCheckpointsNotTheData) {
                                                "more,"))
       << d.evidence[0];
 
+  // Copied into a parameter (load_state_dict converting an fp16 checkpoint).
+  s.first_origin->op = "aten::copy_";
+  s.first_origin->inputs = "#1 float16[1, 16] (copied into parameter 2.weight) max|x|=0.24 nan=1";
+  d = Diagnose(s);
+  EXPECT_EQ(d.title, "The model's parameters were loaded with NaN; the data is not to blame");
+  EXPECT_TRUE(absl::StartsWith(d.evidence[0], "step 0: aten::copy_ (forward) copied inf/NaN into "
+                                              "parameter 2.weight from a tensor no op"))
+      << d.evidence[0];
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "find them in the checkpoint")) << d.fixes[0];
+
   // An optimizer's state: the advice is to start it afresh.
   s.first_origin = UpdateFinding("input", "aten::mul_", 0);
   s.first_origin->inputs =

@@ -5,6 +5,9 @@
 #                          that overflowed leaves it
 #   save-inf-adam PATH     an inf in Adam's exp_avg_sq of that weight (a
 #                          squared gradient past fp16's range)
+#   save-nan-weight-fp16 PATH  as save-nan-weight, the model saved in fp16
+#                          (load_state_dict converts it back: a copy_ that
+#                          checks what it copies)
 #   resume PATH [foreach]  loads the checkpoint and trains three steps under
 #                          fp16 autocast; "foreach": Adam's foreach update
 import sys
@@ -37,9 +40,12 @@ if mode == "resume":
     sys.exit(0)
 train(2)
 with torch.no_grad():
-    if mode == "save-nan-weight":
+    if mode.startswith("save-nan-weight"):
         model[2].weight[0, 3] = float("nan")
     else:
         assert mode == "save-inf-adam", mode
         opt.state[model[2].weight]["exp_avg_sq"][0, 3] = float("inf")
-torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path)
+weights = model.state_dict()
+if mode.endswith("-fp16"):
+    weights = {name: value.half() for name, value in weights.items()}
+torch.save({"model": weights, "optimizer": opt.state_dict()}, path)
