@@ -28,6 +28,7 @@ class LateContext final : public OpContext {
       if (in.checked_on_host) {
         f.counts = in.counts;
         f.max_abs = in.max_abs;
+        f.model_tensor = in.model_tensor;
       } else if (in.storage != nullptr) {
         f.on_device = true;
         // Made by an earlier op whose result said so (the counts are a

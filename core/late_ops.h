@@ -51,6 +51,9 @@ struct LateInput {
   bool holds_masks = false;
   CheckCounts counts;             // when checked_on_host
   double max_abs = 0;
+  // A host tensor that brought inf/NaN no checked op made: what it is to
+  // the model (InputFacts::model_tensor), named at enqueue.
+  std::string model_tensor;
 };
 
 // An output's memory, as known at enqueue. Device tensors also carry a

@@ -195,6 +195,11 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
         // `scores * torch.finfo(dtype).min` wraps the number into a tensor.
         in.holds_masks = IsMaskConstantArg(call.name, c10::IValue(t)) ||
                          HoldsMasksNow(t, limits);
+        // A checkpoint loaded on the host, copied into the model's GPU
+        // parameters (load_state_dict): named now, while Python can tell.
+        if (AnyNonFinite(in.counts) && !in.holds_masks && !KnownNonFinite(t)) {
+          in.model_tensor = ModelTensorName(t, WholeWriteDestination(inputs, traits));
+        }
       }
     }
   });

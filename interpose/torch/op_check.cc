@@ -892,17 +892,30 @@ std::string ModelTensorLabel(const at::Tensor& t) {
   return base.requires_grad() && base.is_leaf() ? "parameter" : "";
 }
 
+}  // namespace
+
+std::string ModelTensorName(const at::Tensor& t, const at::Tensor* destination) {
+  std::string name = ModelTensorLabel(t);
+  if (!name.empty() || destination == nullptr) return name;
+  const std::string into = ModelTensorLabel(*destination);
+  return into.empty() ? "" : "copied into " + into;
+}
+
+const at::Tensor* WholeWriteDestination(const std::vector<c10::IValue>& inputs,
+                                        const OpTraits& traits) {
+  if (!traits.writes_whole_tensor || traits.written_args.empty()) return nullptr;
+  const size_t index = static_cast<size_t>(traits.written_args[0]);
+  return index < inputs.size() && inputs[index].isTensor() ? &inputs[index].toTensor() : nullptr;
+}
+
+namespace {
+
 // Says what `t` is to the model when it brought inf/NaN that no checked op
-// made: a checkpoint's, not a batch's. A tensor of no module that a copy
-// writes into one (`destination`: load_state_dict's copy_ of a checkpoint
-// saved in another dtype) is named by where it went.
+// made: a checkpoint's, not a batch's.
 void LabelModelTensor(const at::Tensor& t, InputFacts& f,
                       const at::Tensor* destination = nullptr) {
   if (!AnyNonFinite(f.counts) || f.produced_by_op || f.deliberate) return;
-  f.model_tensor = ModelTensorLabel(t);
-  if (!f.model_tensor.empty() || destination == nullptr) return;
-  const std::string into = ModelTensorLabel(*destination);
-  if (!into.empty()) f.model_tensor = "copied into " + into;
+  f.model_tensor = ModelTensorName(t, destination);
 }
 
 // LabelModelTensor for an argument the op wrote, whose facts from before
@@ -937,12 +950,7 @@ TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,
 
 std::vector<InputFacts> TorchOpContext::Inputs() {
   std::vector<InputFacts> result;
-  const at::Tensor* destination = nullptr;  // copy_'s self
-  if (traits_.writes_whole_tensor && !traits_.written_args.empty() &&
-      static_cast<size_t>(traits_.written_args[0]) < inputs_.size() &&
-      inputs_[traits_.written_args[0]].isTensor()) {
-    destination = &inputs_[traits_.written_args[0]].toTensor();
-  }
+  const at::Tensor* destination = WholeWriteDestination(inputs_, traits_);
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const c10::IValue& v = inputs_[i];
     if (v.isDouble()) {

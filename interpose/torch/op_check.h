@@ -181,6 +181,18 @@ void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& ow
                   uint64_t reuse_after, std::vector<TensorFacts>& facts,
                   std::vector<at::Tensor>& tensors);
 
+// What `t`, which brought inf/NaN no checked op made, is to the model:
+// "parameter 2.weight", "Adam state exp_avg_sq of 2.weight" (see
+// model_tensor_names.h); without Python to ask, "parameter" for a leaf
+// that requires grad or a view of one. A tensor of no module that a copy
+// writes into one (`destination`: load_state_dict's copy_ of a checkpoint
+// saved in another dtype, or kept on the host) is "copied into parameter
+// 2.weight". "" when it is none of these (a batch).
+std::string ModelTensorName(const at::Tensor& t, const at::Tensor* destination);
+// The tensor a whole-tensor write (copy_'s self) writes, or nullptr.
+const at::Tensor* WholeWriteDestination(const std::vector<c10::IValue>& inputs,
+                                        const OpTraits& traits);
+
 // Storages whose last check found non-finite values, so that a non-finite
 // input can be told apart: produced by an earlier op, or arrived from
 // outside (a data batch). Thread-safe.

@@ -78,6 +78,10 @@
 //                                     its fp16 running_var in place (its
 //                                     schema does not say so) past 65504
 //                                     and returns finite values
+//   host_gpu_ops load-checkpoint      load_state_dict of a checkpoint
+//                                     loaded on the host whose weight holds
+//                                     a NaN: its copy_ into the GPU
+//                                     parameter, then a linear of it
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -381,6 +385,23 @@ int CastsAndFills() {
             [&] { Unseen([&] { return HostOf(h).add_(HostOf(c), 2); }); });
   Zeros({8, 8});
   std::printf("cast 1 tensor, filled 2\n");
+  return 0;
+}
+
+// torch.load(path, map_location="cpu") of a checkpoint saved after its run
+// diverged, then model.load_state_dict: a copy_ of each host tensor into
+// its GPU parameter, and the first forward op reads it.
+int LoadCheckpoint() {
+  const at::Tensor weight = GpuParameter({4, 8}, 0.5);
+  const at::Tensor saved = Unseen([] {
+    at::Tensor t = torch::full({4, 8}, 0.25, torch::kHalf);
+    t[1][3] = NAN;
+    return t;
+  });
+  OpWriting("aten::copy_", "", {weight, saved, false}, weight,
+            [&] { Unseen([&] { return HostOf(weight).copy_(saved); }); });
+  GpuLinear(GpuFull({2, 8}, 1.0), weight);
+  std::printf("loaded 1 parameter\n");
   return 0;
 }
 
@@ -808,6 +829,7 @@ int main(int argc, char** argv) {
   if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
   if (what == "spectral") return Spectral();
   if (what == "batch-norm") return BatchNorm();
+  if (what == "load-checkpoint") return LoadCheckpoint();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
   std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | loop N\n");
   return 2;
