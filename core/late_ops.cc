@@ -25,10 +25,11 @@ class LateContext final : public OpContext {
                     : absl::StrCat("[", absl::StrJoin(in.sizes, ", "), "]");
       f.checked = true;
       f.from_collective = in.from_collective;
+      f.copy_source = in.copy_source;
+      f.model_tensor = in.model_tensor;
       if (in.checked_on_host) {
         f.counts = in.counts;
         f.max_abs = in.max_abs;
-        f.model_tensor = in.model_tensor;
       } else if (in.storage != nullptr) {
         f.on_device = true;
         // Made by an earlier op whose result said so (the counts are a
@@ -158,6 +159,7 @@ Verdict LateOps::Classify(LateOp* op) {
   event.loss_scaling = op->loss_scaling;
   event.scaled_gradients = op->scaled_gradients;
   event.others_unchecked = op->others_unchecked;
+  event.copies_unchanged = op->copies_unchanged;
   event.enclosing_op_judges = op->enclosing_op_judges;
   event.compiled_region = op->compiled_region;
   // Every result is in: this thread alone holds the op now.

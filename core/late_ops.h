@@ -51,8 +51,10 @@ struct LateInput {
   bool holds_masks = false;
   CheckCounts counts;             // when checked_on_host
   double max_abs = 0;
-  // A host tensor that brought inf/NaN no checked op made: what it is to
-  // the model (InputFacts::model_tensor), named at enqueue.
+  bool copy_source = false;  // InputFacts::copy_source
+  // What it is to the model (InputFacts::model_tensor), named at enqueue:
+  // a host tensor that brought inf/NaN no checked op made, or a GPU one
+  // copied into a parameter.
   std::string model_tensor;
 };
 
@@ -105,6 +107,7 @@ struct LateOp {
   bool loss_scaling = false;  // OpEvent::loss_scaling
   bool scaled_gradients = false;  // OpEvent::scaled_gradients
   bool others_unchecked = false;  // OpEvent::others_unchecked
+  bool copies_unchanged = false;  // OpEvent::copies_unchanged
   bool enclosing_op_judges = true;  // OpEvent::enclosing_op_judges
   // OpEvent::compiled_region: interned, lives for the process.
   absl::string_view compiled_region;

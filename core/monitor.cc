@@ -89,6 +89,7 @@ std::string Describe(absl::Span<const TensorFacts> outputs) {
 // checks of the ops that wrote it found (the plugin's registry of storages
 // keeps the non-finite ones).
 absl::string_view DeviceInputState(const InputFacts& in) {
+  if (in.held_copied) return "not read, but held them: a copy makes no inf/NaN";
   if (in.produced_by_op) return "non-finite when the op that wrote it was checked";
   if (in.deliberate) return "-inf put there by a mask";  // FromMask in viewer/summary.h
   return "taken as finite (no check of what wrote it found inf or NaN)";
@@ -103,7 +104,11 @@ std::string Describe(const std::vector<InputFacts>& inputs) {
   std::vector<std::string> parts;
   for (const auto& in : inputs) {
     std::string d =
-        in.on_device ? absl::StrCat(in.dtype, in.shape, " on the GPU, ", DeviceInputState(in))
+        in.held_copied
+            ? absl::StrCat(DescribeTensor(in.dtype, absl::StrCat(in.shape, ModelTensorNote(in)),
+                                          in.counts, in.max_abs),
+                           " on the GPU, ", DeviceInputState(in))
+        : in.on_device ? absl::StrCat(in.dtype, in.shape, " on the GPU, ", DeviceInputState(in))
         : in.checked ? DescribeTensor(in.dtype, absl::StrCat(in.shape, ModelTensorNote(in)),
                                       in.counts, in.max_abs)
                      : absl::StrCat(in.dtype, in.shape, " (not checked)");
@@ -590,6 +595,19 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
       } else if (verdict != Verdict::kPropagated) {
         verdict = Verdict::kInput;
       }
+    }
+  }
+  if (verdict == Verdict::kOrigin && e.copies_unchanged) {
+    // See OpEvent::copies_unchanged: what it copied held them.
+    std::vector<InputFacts*> sources;
+    for (InputFacts& in : inputs) {
+      if (in.copy_source && in.assumed_finite) sources.push_back(&in);
+    }
+    if (!sources.empty()) verdict = Verdict::kInput;
+    if (sources.size() == 1) {
+      sources[0]->held_copied = true;
+      sources[0]->counts = total;
+      sources[0]->max_abs = TotalMaxAbs(e.outputs);
     }
   }
   // Inside another op, a non-finite value nobody produced through the

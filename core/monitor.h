@@ -69,6 +69,12 @@ struct InputFacts {
   // A Python number torch wrapped into a tensor (the inf of `x != inf`):
   // a literal of the program, which no op computed.
   bool python_number = false;
+  // On a GPU, not read: what a copy that keeps the dtype copies (copy_'s
+  // source, cat's inputs; OpEvent::copies_unchanged).
+  bool copy_source = false;
+  // Such a source, the only one, of a copy whose output held inf/NaN: its
+  // counts are the output's, which it must have held.
+  bool held_copied = false;
   // What it is to the model, when it brought inf/NaN no op made:
   // "parameter 2.weight", "buffer pos_table", "Adam state exp_avg_sq of
   // 2.weight" (a checkpoint that diverged). Empty when not known.
@@ -200,6 +206,13 @@ struct OpEvent {
   // escalates and the origin is found with every op checked), and NaN is
   // never called input data.
   bool others_unchecked = false;
+  // It copies values and keeps their dtype (a GPU copy_, cat, embedding):
+  // it cannot make inf or NaN, so non-finite outputs from inputs its check
+  // did not read (on a GPU, taken as finite) were in those inputs: values
+  // that came from outside the checked ops (a checkpoint loaded straight
+  // onto the GPU), not this op's making. The CPU path does not judge such
+  // copies at all (it reads their inputs when they are used).
+  bool copies_unchanged = false;
 };
 
 // kWarned: finite, but a near-max finding was recorded for it.

@@ -145,6 +145,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->thread = call.thread;
   op->loss_scaling = TouchesLossScale(inputs, outputs);
   op->others_unchecked = OthersUnchecked(session);
+  op->copies_unchanged = traits.copies_values && SameFloatingDtype(inputs, outputs);
   const Monitor::Position position = session.monitor().NoteLateOp(
       call.phase, call.grad_enabled, call.takes_grad_input, call.top_level, GradientsStillHeld);
   op->step = position.step;
@@ -170,6 +171,13 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     in.max_abs = std::isnan(value) ? 0 : std::fabs(value);
     in.holds_masks = mask_constant;
   }
+  // A copy into a parameter (load_state_dict's copy_ of a checkpoint
+  // loaded straight onto the GPU): its source is named by where it goes,
+  // without Python (too slow for every such copy), and its line is kept.
+  const at::Tensor* destination =
+      op->copies_unchanged ? WholeWriteDestination(inputs, traits) : nullptr;
+  const bool into_parameter = destination != nullptr && destination->requires_grad() &&
+                              destination->is_leaf();
   // Filled in place: every GPU op's inputs, on the training thread.
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !FormatOfValues(t.scalar_type())) return;
@@ -184,6 +192,10 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     if (t.is_cuda()) {
       in.storage = StorageKey(t);
       in.from_collective = session.monitor().IsCollective(in.storage);
+      if (op->copies_unchanged && (destination == nullptr || index != traits.written_args[0])) {
+        in.copy_source = true;
+        if (into_parameter) in.model_tensor = "copied into parameter";
+      }
     } else {
       // A host tensor fed to a GPU op (a batch being uploaded, a scalar):
       // checked now, as it may change before the result arrives.
@@ -204,7 +216,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     }
   });
   op->kernels = DeviceKernelsSince(call.kernel_mark);
-  if (op->phase == Phase::kForward && LateResults()->Wanted(op->op)) {
+  if (into_parameter || (op->phase == Phase::kForward && LateResults()->Wanted(op->op))) {
     // Seen near the limit or non-finite before: the line is worth its cost.
     std::vector<InputFacts> none;
     std::vector<at::Tensor> no_outputs;

@@ -78,10 +78,13 @@
 //                                     its fp16 running_var in place (its
 //                                     schema does not say so) past 65504
 //                                     and returns finite values
-//   host_gpu_ops load-checkpoint      load_state_dict of a checkpoint
+//   host_gpu_ops load-checkpoint [gpu]
+//                                     load_state_dict of a checkpoint
 //                                     loaded on the host whose weight holds
 //                                     a NaN: its copy_ into the GPU
-//                                     parameter, then a linear of it
+//                                     parameter, then a linear of it; gpu:
+//                                     loaded straight onto the GPU (no op
+//                                     wrote it there that nanhunt checks)
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -390,16 +393,19 @@ int CastsAndFills() {
 
 // torch.load(path, map_location="cpu") of a checkpoint saved after its run
 // diverged, then model.load_state_dict: a copy_ of each host tensor into
-// its GPU parameter, and the first forward op reads it.
-int LoadCheckpoint() {
+// its GPU parameter, and the first forward op reads it. `onto_gpu`: torch.load
+// put it on the GPU (its bytes copied as uint8, which nanhunt does not
+// check), and the copy_ is from GPU to GPU.
+int LoadCheckpoint(bool onto_gpu) {
   const at::Tensor weight = GpuParameter({4, 8}, 0.5);
-  const at::Tensor saved = Unseen([] {
+  const at::Tensor on_host = Unseen([] {
     at::Tensor t = torch::full({4, 8}, 0.25, torch::kHalf);
     t[1][3] = NAN;
     return t;
   });
+  const at::Tensor saved = onto_gpu ? OnGpu(on_host) : on_host;
   OpWriting("aten::copy_", "", {weight, saved, false}, weight,
-            [&] { Unseen([&] { return HostOf(weight).copy_(saved); }); });
+            [&] { Unseen([&] { return HostOf(weight).copy_(on_host); }); });
   GpuLinear(GpuFull({2, 8}, 1.0), weight);
   std::printf("loaded 1 parameter\n");
   return 0;
@@ -829,7 +835,9 @@ int main(int argc, char** argv) {
   if (what == "dropped") return Dropped(argc > 2 && std::string(argv[2]) == "kept");
   if (what == "spectral") return Spectral();
   if (what == "batch-norm") return BatchNorm();
-  if (what == "load-checkpoint") return LoadCheckpoint();
+  if (what == "load-checkpoint") {
+    return LoadCheckpoint(argc > 2 && std::string(argv[2]) == "gpu");
+  }
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
   std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | loop N\n");
   return 2;

@@ -299,6 +299,45 @@ TEST_F(MonitorTest, WhileOthersGoUncheckedInfOfUnknownMakingIsPresumedAMask) {
   EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kOrigin);
 }
 
+TEST_F(MonitorTest, AGpuCopyThatKeepsTheDtypeMakesNoNaNItsSourceHeldThem) {
+  // load_state_dict's copy_ of a checkpoint loaded straight onto the GPU:
+  // neither its destination's old values nor its source were read.
+  InputFacts destination;
+  destination.dtype = "Half";
+  destination.shape = "[2, 4]";
+  destination.checked = destination.on_device = destination.assumed_finite = true;
+  InputFacts source = destination;
+  source.arg_index = 1;
+  source.copy_source = true;
+  source.model_tensor = "copied into parameter";
+  FakeContext device;
+  device.inputs = {destination, source};
+  TensorFacts out = Fp16(0);
+  out.counts.nan = 1;
+  OpEvent e;
+  e.op = "aten::copy_";
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  e.copies_unchanged = true;
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kInput);
+  ASSERT_TRUE(monitor_.first_origin().has_value());
+  EXPECT_NE(monitor_.first_origin()->inputs.find(
+                "#1 Half[2, 4] (copied into parameter) max|x|=32 nan=1 on the GPU, not read, "
+                "but held them: a copy makes no inf/NaN"),
+            std::string::npos)
+      << monitor_.first_origin()->inputs;
+  e.copies_unchanged = false;
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kOrigin) << "a cast could make them";
+  e.copies_unchanged = true;
+  // Two sources (a cat): one of them held them, which is not known.
+  device.inputs = {source, source};
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kInput);
+  // A source an earlier check found non-finite: passed on.
+  device.inputs[1].assumed_finite = false;
+  device.inputs[1].produced_by_op = true;
+  device.inputs[1].counts.nan = 1;
+  EXPECT_EQ(monitor_.OnOp(e, device), Verdict::kPropagated);
+}
+
 TEST_F(MonitorTest, WhileOthersGoUncheckedNaNOfUnknownMakingIsNotCalledData) {
   InputFacts nan = Input(true, false);
   FakeContext ctx;
