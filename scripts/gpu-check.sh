@@ -12,8 +12,9 @@
 # demo's origin and checks unchanged; tensors written in place after the
 # op, on the same stream and on another), and the scenarios (raise, masks,
 # optimizers, a loss scaler of the program's own, evaluation, given-up
-# iterations), and prints a short table last. Debian packages that
-# machine lacks come from .gpu-deps/ (made here by scripts/gpu-deps.sh).
+# iterations, a checkpoint loaded onto the GPU), and prints a short table
+# last. Debian packages that machine lacks come from .gpu-deps/ (made here
+# by scripts/gpu-deps.sh).
 # Meant to finish within 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -573,12 +574,33 @@ PY
 ) | tee "$build"/batch-norm-check.txt || { failed+=("$part_name"); show_log 20 "$build"/batch-norm.log; }
 fi
 
+if time_left "checkpoint loaded onto CUDA"; then
+part "resumed from a checkpoint with a NaN weight, loaded straight onto CUDA: an input of the model, not the data, nor the copy's origin"
+DEVICE=cuda "$python" tests/integration/scripts/resume_from_diverged_checkpoint.py save-nan-weight \
+  "$build"/diverged-cuda.pt > "$build"/checkpoint-save.log 2>&1 || true
+on_cuda "$build"/checkpoint resume_from_diverged_checkpoint.py resume "$build"/diverged-cuda.pt
+("$python" - "$build"/checkpoint.json <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    r = {"error": repr(e)}
+o, d = r.get("first_origin") or {}, r.get("diagnosis") or {}
+ok = (o.get("kind"), d.get("title")) == (
+    "input", "The model's parameters were loaded with NaN; the data is not to blame")
+print(f"checkpoint onto CUDA: first {o.get('kind')} {o.get('op')} step {o.get('step')} "
+      f"{o.get('inputs')}, diagnosis {d.get('title')}: {'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/checkpoint-check.txt || { failed+=("$part_name"); show_log 20 "$build"/checkpoint-save.log "$build"/checkpoint.log; }
+fi
+
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
 grep '^ring,' "$build"/ring-cost.txt 2>/dev/null | sed 's/^/check ring (ns a check, extra, switches): /' || true
 for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
-    evaluation-check given-up-check spectral-check batch-norm-check \
+    evaluation-check given-up-check spectral-check batch-norm-check checkpoint-check \
     streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"

@@ -58,14 +58,17 @@ def _name(ptr):
                 return "buffer " + name
     for opt in optimizers:
         kind = type(opt).__name__
-        for p, state in opt.state.items():
-            for key, value in state.items():
-                if holds(value):
-                    return "%s state %s of %s" % (kind, key, names.get(id(p), "a parameter"))
-        for g, group in enumerate(opt.param_groups):
-            for i, p in enumerate(group["params"]):
-                if holds(p):  # trained, but held by no module
-                    return "parameter %d of %s's param_groups[%d]" % (i, kind, g)
+        try:  # another library's optimizer may keep its state otherwise
+            for p, state in opt.state.items():
+                for key, value in state.items():
+                    if holds(value):
+                        return "%s state %s of %s" % (kind, key, names.get(id(p), "a parameter"))
+            for g, group in enumerate(opt.param_groups):
+                for i, p in enumerate(group["params"]):
+                    if holds(p):  # trained, but held by no module
+                        return "parameter %d of %s's param_groups[%d]" % (i, kind, g)
+        except Exception:
+            pass
     return ""
 RESULT = _name(int(PTR))
 del _name

@@ -10,21 +10,26 @@
 #                          checks what it copies)
 #   resume PATH [foreach]  loads the checkpoint and trains three steps under
 #                          fp16 autocast; "foreach": Adam's foreach update
+# DEVICE=cuda trains on the GPU; the checkpoint is then loaded straight
+# onto it, as torch.load does with what a GPU run saved.
+import os
 import sys
 
 import torch
 
 mode, path = sys.argv[1], sys.argv[2]
 foreach = sys.argv[3:] == ["foreach"]
+device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+model.to(device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
 
 
 def train(steps):
     for step in range(steps):
-        x, y = torch.randn(32, 8), torch.randn(32, 1)
-        with torch.autocast("cpu", dtype=torch.float16):
+        x, y = torch.randn(32, 8, device=device), torch.randn(32, 1, device=device)
+        with torch.autocast(device, dtype=torch.float16):
             loss = torch.nn.functional.mse_loss(model(x).float(), y)
         opt.zero_grad()
         loss.backward()
