@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -703,15 +704,27 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   if (began_here && !first_origin_) {
     first_origin_ = row;
     if (notify_) {
+      // ", in parameter 2.weight": a checkpoint's, said before the data is
+      // searched (the viewer's diagnosis says more).
+      std::string held_in;
+      for (const InputFacts& in : inputs) {
+        if (verdict != Verdict::kInput || in.model_tensor.empty() || !AnyNonFinite(in.counts)) {
+          continue;
+        }
+        held_in = absl::StartsWith(in.model_tensor, "copied into ")
+                      ? absl::StrCat(", ", in.model_tensor)
+                      : absl::StrCat(", in ", in.model_tensor);
+        break;
+      }
       notify_(absl::StrFormat(
-          "first non-finite values: %s %s (%s) at step %d%s%s%s",
+          "first non-finite values: %s %s (%s) at step %d%s%s%s%s",
           verdict == Verdict::kOrigin ? "origin"
           : row.kind == "compiled"
               ? absl::StrCat("out of torch.compile's ", row.compiled_region, ", seen by")
               : "input of",
           e.op,
           PhaseName(e.phase), row.step,
-          e.forward_op.empty() ? "" : absl::StrCat(", backward of ", e.forward_op),
+          e.forward_op.empty() ? "" : absl::StrCat(", backward of ", e.forward_op), held_in,
           row.source.empty() ? "" : " — ", row.source));
     }
   }

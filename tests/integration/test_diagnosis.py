@@ -296,8 +296,12 @@ def test_a_checkpoint_that_diverged_is_blamed_not_the_first_batch(
     # checked: the copy is named, by the parameter it wrote.
     script, checkpoint = SCRIPTS / "resume_from_diverged_checkpoint.py", tmp_path / "ckpt.pt"
     assert run([PYTHON, script, "save-" + planted, checkpoint]).returncode == 0
-    plain_and_monitored(
+    monitored, _ = plain_and_monitored(
         [PYTHON, script, "resume", checkpoint, *(["foreach"] if foreach else [])], out)
+    # Said as it happens, before anyone searches the dataset.
+    held = named if named.startswith("copied into") else f"in {named}"
+    assert f"first non-finite values: input of {op} (" in monitored.stderr, monitored.stderr
+    assert f"at step 0, {held} — " in monitored.stderr, monitored.stderr
     j = view_json(out)
     first = j["first_origin"]
     assert (first["kind"], first["op"], first["step"]) == ("input", op, 0), first
