@@ -86,11 +86,17 @@ std::string Describe(absl::Span<const TensorFacts> outputs) {
   return absl::StrJoin(parts, "; ");
 }
 
+// The one source of a copy that keeps the dtype, which held the inf/NaN
+// the copy's output held (OpEvent::copies_unchanged).
+bool HeldWhatItCopied(const InputFacts& in) {
+  return in.copy_source && in.assumed_finite && AnyNonFinite(in.counts);
+}
+
 // A GPU input is not read again by its op's check: described by what the
 // checks of the ops that wrote it found (the plugin's registry of storages
 // keeps the non-finite ones).
 absl::string_view DeviceInputState(const InputFacts& in) {
-  if (in.held_copied) return "not read, but held them: a copy makes no inf/NaN";
+  if (HeldWhatItCopied(in)) return "not read, but held them: a copy makes no inf/NaN";
   if (in.produced_by_op) return "non-finite when the op that wrote it was checked";
   if (in.deliberate) return "-inf put there by a mask";  // FromMask in viewer/summary.h
   return "taken as finite (no check of what wrote it found inf or NaN)";
@@ -104,15 +110,13 @@ std::string ModelTensorNote(const InputFacts& in) {
 std::string Describe(const std::vector<InputFacts>& inputs) {
   std::vector<std::string> parts;
   for (const auto& in : inputs) {
+    const bool counted = HeldWhatItCopied(in) || (in.checked && !in.on_device);
     std::string d =
-        in.held_copied
-            ? absl::StrCat(DescribeTensor(in.dtype, absl::StrCat(in.shape, ModelTensorNote(in)),
-                                          in.counts, in.max_abs),
-                           " on the GPU, ", DeviceInputState(in))
-        : in.on_device ? absl::StrCat(in.dtype, in.shape, " on the GPU, ", DeviceInputState(in))
-        : in.checked ? DescribeTensor(in.dtype, absl::StrCat(in.shape, ModelTensorNote(in)),
-                                      in.counts, in.max_abs)
-                     : absl::StrCat(in.dtype, in.shape, " (not checked)");
+        counted ? DescribeTensor(in.dtype, absl::StrCat(in.shape, ModelTensorNote(in)),
+                                 in.counts, in.max_abs)
+        : in.on_device ? absl::StrCat(in.dtype, in.shape)
+                       : absl::StrCat(in.dtype, in.shape, " (not checked)");
+    if (in.on_device) absl::StrAppend(&d, " on the GPU, ", DeviceInputState(in));
     // The viewer reads this (FromMask in viewer/summary.h).
     if (in.deliberate && !in.on_device) absl::StrAppend(&d, ", put there by a mask");
     parts.push_back(absl::StrCat("#", in.arg_index, " ", d));
@@ -606,7 +610,6 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     }
     if (!sources.empty()) verdict = Verdict::kInput;
     if (sources.size() == 1) {
-      sources[0]->held_copied = true;
       sources[0]->counts = total;
       sources[0]->max_abs = TotalMaxAbs(e.outputs);
     }
@@ -708,13 +711,11 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
       // searched (the viewer's diagnosis says more).
       std::string held_in;
       for (const InputFacts& in : inputs) {
-        if (verdict != Verdict::kInput || in.model_tensor.empty() || !AnyNonFinite(in.counts)) {
-          continue;
+        if (verdict == Verdict::kInput && !in.model_tensor.empty() && AnyNonFinite(in.counts)) {
+          held_in = absl::StrCat(absl::StartsWith(in.model_tensor, "copied into ") ? ", " : ", in ",
+                                 in.model_tensor);
+          break;
         }
-        held_in = absl::StartsWith(in.model_tensor, "copied into ")
-                      ? absl::StrCat(", ", in.model_tensor)
-                      : absl::StrCat(", in ", in.model_tensor);
-        break;
       }
       notify_(absl::StrFormat(
           "first non-finite values: %s %s (%s) at step %d%s%s%s%s",

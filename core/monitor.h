@@ -70,11 +70,10 @@ struct InputFacts {
   // a literal of the program, which no op computed.
   bool python_number = false;
   // On a GPU, not read: what a copy that keeps the dtype copies (copy_'s
-  // source, cat's inputs; OpEvent::copies_unchanged).
+  // source, cat's inputs; OpEvent::copies_unchanged). The only source of a
+  // copy whose output held inf/NaN is given the output's counts: it must
+  // have held them.
   bool copy_source = false;
-  // Such a source, the only one, of a copy whose output held inf/NaN: its
-  // counts are the output's, which it must have held.
-  bool held_copied = false;
   // What it is to the model, when it brought inf/NaN no op made:
   // "parameter 2.weight", "buffer pos_table", "Adam state exp_avg_sq of
   // 2.weight" (a checkpoint that diverged). Empty when not known.

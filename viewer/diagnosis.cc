@@ -592,4 +592,9 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
 }
 
 }  // namespace
+
+std::string OpInTopOp(const FindingRow& f) {
+  return f.top_op.empty() ? f.op : absl::StrCat(f.op, " in ", f.top_op);
+}
+
 }  // namespace nanhunt

@@ -26,6 +26,10 @@ struct Diagnosis {
 
 Diagnosis Diagnose(const RunSummary& s);
 
+// "aten::bmm in aten::matmul": a finding's op and the op it ran inside, as
+// the evidence names them.
+std::string OpInTopOp(const FindingRow& f);
+
 // Shares of steps skipped and of backward values below fp16's smallest
 // normal at which a run counts as stalled rather than healthy.
 inline constexpr double kSkippedStepsShare = 0.2;

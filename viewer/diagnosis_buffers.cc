@@ -41,8 +41,8 @@ std::optional<Diagnosis> Fp16RunningStatistics(const RunSummary& s, const Findin
   d.title = absl::StrCat("Batch norm's ", which, " overflowed in ", f.dtype, " (step ", f.step,
                          "): evaluation will be wrong");
   d.evidence.push_back(absl::StrCat(
-      "step ", f.step, ": ", f.op, f.top_op.empty() ? "" : absl::StrCat(" in ", f.top_op),
-      " updated its ", which, " in place to inf/NaN", f.source.empty() ? "" : ", at " + f.source,
+      "step ", f.step, ": ", OpInTopOp(f), " updated its ", which, " in place to inf/NaN",
+      f.source.empty() ? "" : ", at " + f.source,
       "; the values it returned were finite, so the loss gave no sign"));
   d.evidence.push_back(absl::StrCat(
       "the running statistics are the module's buffers, ", f.dtype,
@@ -74,8 +74,8 @@ std::optional<Diagnosis> RunningStatisticsLoaded(const RunSummary& s, const Find
   d.title = absl::StrCat("Non-finite values came in with the model: batch norm's ", which,
                          " held inf/NaN");
   d.evidence.push_back(absl::StrCat(
-      "step ", f.step, ": ", f.op, f.top_op.empty() ? "" : absl::StrCat(" in ", f.top_op), " (",
-      f.phase, ") read its ", which, ", which no op of this run had made non-finite",
+      "step ", f.step, ": ", OpInTopOp(f), " (", f.phase, ") read its ", which,
+      ", which no op of this run had made non-finite",
       f.source.empty() ? "" : ", at " + f.source));
   d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
   d.evidence.push_back(

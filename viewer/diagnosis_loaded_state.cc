@@ -71,6 +71,9 @@ std::string Names(const std::vector<NamedInput>& named) {
 constexpr char kEarlierCheckpoint[] =
     "resume from an earlier checkpoint, one saved before that run's first non-finite step "
     "(nanhunt view on its trace names the step)";
+constexpr char kFreshOptimizer[] =
+    "keep the model and start the optimizer afresh (leave out optimizer.load_state_dict): "
+    "Adam's moments rebuild within a few hundred steps, best under a learning-rate warmup";
 constexpr char kGuardSaving[] =
     "guard saving: save only when every parameter is finite (all(p.isfinite().all() for p in "
     "model.parameters())), so that a diverged run never replaces a good checkpoint";
@@ -83,9 +86,7 @@ std::optional<Diagnosis> LoadedStateNonFinite(const RunSummary& s, const Finding
   if (named.empty() && f.phase != "optimizer") return std::nullopt;
   bool optimizer_state = false;
   for (const NamedInput& in : named) optimizer_state |= in.optimizer_state;
-  const std::string where =
-      absl::StrCat(f.op, f.top_op.empty() ? "" : absl::StrCat(" in ", f.top_op), " (", f.phase,
-                   ")");
+  const std::string where = absl::StrCat(OpInTopOp(f), " (", f.phase, ")");
   const std::string at = f.source.empty() ? "" : ", at " + f.source;
   Diagnosis d;
   d.kind = "nonfinite_input";
@@ -105,9 +106,7 @@ std::optional<Diagnosis> LoadedStateNonFinite(const RunSummary& s, const Finding
         "find them right after loading: [(k, tuple(v.shape)) for st in optimizer.state.values() "
         "for k, v in st.items() if torch.is_tensor(v) and not v.isfinite().all()]");
     d.fixes.push_back(kEarlierCheckpoint);
-    d.fixes.push_back(
-        "or keep the model and start the optimizer afresh (leave out optimizer.load_state_dict): "
-        "Adam's moments rebuild within a few hundred steps, best under a learning-rate warmup");
+    d.fixes.push_back(absl::StrCat("or ", kFreshOptimizer));
     return d;
   }
   const std::string names = Names(named);
@@ -139,23 +138,15 @@ std::optional<Diagnosis> LoadedStateNonFinite(const RunSummary& s, const Finding
       optimizer_state ? "optimizer.load_state_dict" : "model.load_state_dict",
       "), or values set outside torch's ops (numpy, a tensor's .data); the batch is not "
       "to blame"));
-  if (optimizer_state) {
-    d.fixes.push_back(
-        "keep the model and start the optimizer afresh (leave out optimizer.load_state_dict): "
-        "Adam's moments rebuild within a few hundred steps, best under a learning-rate warmup");
-    d.fixes.push_back(kEarlierCheckpoint);
-  } else if (copied) {
-    d.fixes.push_back(
-        "find them in the checkpoint: [k for k, v in torch.load(path).items() if torch.is_tensor(v) "
-        "and v.is_floating_point() and not v.isfinite().all()] (its state_dict, or the entry "
-        "that holds it)");
-    d.fixes.push_back(kEarlierCheckpoint);
-  } else {
-    d.fixes.push_back(
-        "find them all right after loading: [n for n, t in (*model.named_parameters(), "
-        "*model.named_buffers()) if t.is_floating_point() and not t.isfinite().all()]");
-    d.fixes.push_back(kEarlierCheckpoint);
-  }
+  d.fixes.push_back(
+      optimizer_state ? kFreshOptimizer
+      : copied        ? "find them in the checkpoint: [k for k, v in torch.load(path).items() if "
+                        "torch.is_tensor(v) and v.is_floating_point() and not "
+                        "v.isfinite().all()] (its state_dict, or the entry that holds it)"
+                      : "find them all right after loading: [n for n, t in "
+                        "(*model.named_parameters(), *model.named_buffers()) if "
+                        "t.is_floating_point() and not t.isfinite().all()]");
+  d.fixes.push_back(kEarlierCheckpoint);
   d.fixes.push_back(kGuardSaving);
   return d;
 }

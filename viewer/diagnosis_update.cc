@@ -39,8 +39,8 @@ std::optional<Diagnosis> Fp16GradientNorm(const RunSummary& s, const FindingRow&
   d.title = absl::StrCat("The gradient norm overflowed fp16 (step ", f.step,
                          "): clipping by it scales every gradient to 0");
   d.evidence.push_back(absl::StrCat(
-      "step ", f.step, ": ", f.op, f.top_op.empty() ? "" : absl::StrCat(" in ", f.top_op), " (",
-      f.phase, ") turned finite float16 gradients into an infinite norm",
+      "step ", f.step, ": ", OpInTopOp(f), " (", f.phase,
+      ") turned finite float16 gradients into an infinite norm",
       f.fp32_max_abs ? absl::StrFormat(" (recomputed in fp32 it is %.6g)", *f.fp32_max_abs) : "",
       f.source.empty() ? "" : ", at " + f.source));
   d.evidence.push_back(

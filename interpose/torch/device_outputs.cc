@@ -174,10 +174,9 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   // A copy into a parameter (load_state_dict's copy_ of a checkpoint
   // loaded straight onto the GPU): its source is named by where it goes,
   // without Python (too slow for every such copy), and its line is kept.
-  const at::Tensor* destination =
-      op->copies_unchanged ? WholeWriteDestination(inputs, traits) : nullptr;
-  const bool into_parameter = destination != nullptr && destination->requires_grad() &&
-                              destination->is_leaf();
+  const at::Tensor* destination = WholeWriteDestination(inputs, traits);
+  const bool into_parameter = op->copies_unchanged && destination != nullptr &&
+                              destination->requires_grad() && destination->is_leaf();
   // Filled in place: every GPU op's inputs, on the training thread.
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !FormatOfValues(t.scalar_type())) return;
@@ -210,7 +209,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
         // A checkpoint loaded on the host, copied into the model's GPU
         // parameters (load_state_dict): named now, while Python can tell.
         if (AnyNonFinite(in.counts) && !in.holds_masks && !KnownNonFinite(t)) {
-          in.model_tensor = ModelTensorName(t, WholeWriteDestination(inputs, traits));
+          in.model_tensor = ModelTensorName(t, destination);
         }
       }
     }

@@ -892,6 +892,36 @@ std::string ModelTensorLabel(const at::Tensor& t) {
   return base.requires_grad() && base.is_leaf() ? "parameter" : "";
 }
 
+// Inf/NaN that no checked op made, nor a mask: worth naming their tensor.
+bool BroughtUnmade(const InputFacts& f) {
+  return AnyNonFinite(f.counts) && !f.produced_by_op && !f.deliberate;
+}
+
+// Says what `t` is to the model when it brought such values: a
+// checkpoint's, not a batch's.
+void LabelModelTensor(const at::Tensor& t, InputFacts& f,
+                      const at::Tensor* destination = nullptr) {
+  if (BroughtUnmade(f)) f.model_tensor = ModelTensorName(t, destination);
+}
+
+// LabelModelTensor for an argument the op wrote, whose facts from before
+// are merged over a list (_foreach_mul_'s exp_avg_sqs): the first tensor
+// that holds inf/NaN now names it.
+void LabelWrittenArg(const c10::IValue& v, const CheckLimits& limits, InputFacts& f) {
+  if (!BroughtUnmade(f)) return;
+  if (v.isTensor()) {
+    f.model_tensor = ModelTensorName(v.toTensor(), nullptr);
+    return;
+  }
+  bool named = false;
+  ForEachTensor(v, [&](const at::Tensor& t) {
+    TensorFacts facts;
+    if (named || !CheckTensor(t, limits, facts) || !AnyNonFinite(facts.counts)) return;
+    f.model_tensor = ModelTensorName(t, nullptr);
+    named = true;
+  });
+}
+
 }  // namespace
 
 std::string ModelTensorName(const at::Tensor& t, const at::Tensor* destination) {
@@ -907,33 +937,6 @@ const at::Tensor* WholeWriteDestination(const std::vector<c10::IValue>& inputs,
   const size_t index = static_cast<size_t>(traits.written_args[0]);
   return index < inputs.size() && inputs[index].isTensor() ? &inputs[index].toTensor() : nullptr;
 }
-
-namespace {
-
-// Says what `t` is to the model when it brought inf/NaN that no checked op
-// made: a checkpoint's, not a batch's.
-void LabelModelTensor(const at::Tensor& t, InputFacts& f,
-                      const at::Tensor* destination = nullptr) {
-  if (!AnyNonFinite(f.counts) || f.produced_by_op || f.deliberate) return;
-  f.model_tensor = ModelTensorName(t, destination);
-}
-
-// LabelModelTensor for an argument the op wrote, whose facts from before
-// are merged over a list (_foreach_mul_'s exp_avg_sqs): the first tensor
-// that holds inf/NaN now names it.
-void LabelWrittenArg(const c10::IValue& v, const CheckLimits& limits, InputFacts& f) {
-  if (!AnyNonFinite(f.counts) || f.produced_by_op || f.deliberate) return;
-  if (v.isTensor()) return LabelModelTensor(v.toTensor(), f);
-  bool named = false;
-  ForEachTensor(v, [&](const at::Tensor& t) {
-    TensorFacts facts;
-    if (named || !CheckTensor(t, limits, facts) || !AnyNonFinite(facts.counts)) return;
-    LabelModelTensor(t, f);
-    named = true;
-  });
-}
-
-}  // namespace
 
 TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,
                                const std::vector<InputFacts>& written_before,
