@@ -575,24 +575,31 @@ PY
 fi
 
 if time_left "checkpoint loaded onto CUDA"; then
-part "resumed from a checkpoint with a NaN weight, loaded straight onto CUDA: an input of the model, not the data, nor the copy's origin"
-DEVICE=cuda "$python" tests/integration/scripts/resume_from_diverged_checkpoint.py save-nan-weight \
-  "$build"/diverged-cuda.pt > "$build"/checkpoint-save.log 2>&1 || true
-on_cuda "$build"/checkpoint resume_from_diverged_checkpoint.py resume "$build"/diverged-cuda.pt
-("$python" - "$build"/checkpoint.json <<'PY'
+part "resumed from a checkpoint loaded straight onto CUDA, with a NaN weight or an inf in Adam's state: an input of the model or the optimizer, not the data, nor the copy's or the update's origin"
+for planted in nan-weight inf-adam; do
+  DEVICE=cuda "$python" tests/integration/scripts/resume_from_diverged_checkpoint.py save-$planted \
+    "$build"/diverged-$planted.pt > "$build"/checkpoint-save-$planted.log 2>&1 || true
+  on_cuda "$build"/checkpoint-$planted resume_from_diverged_checkpoint.py resume "$build"/diverged-$planted.pt
+done
+("$python" - "$build"/checkpoint-nan-weight.json "$build"/checkpoint-inf-adam.json <<'PY'
 import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    r = {"error": repr(e)}
-o, d = r.get("first_origin") or {}, r.get("diagnosis") or {}
-ok = (o.get("kind"), d.get("title")) == (
-    "input", "The model's parameters were loaded with NaN; the data is not to blame")
-print(f"checkpoint onto CUDA: first {o.get('kind')} {o.get('op')} step {o.get('step')} "
-      f"{o.get('inputs')}, diagnosis {d.get('title')}: {'OK' if ok else 'WRONG'}")
-sys.exit(0 if ok else 1)
+titles = ["The model's parameters were loaded with NaN; the data is not to blame",
+          "The optimizer's state brought inf, not the data"]
+named = ["(copied into parameter", "(Adam state exp_avg_sq of 2.weight)"]
+failed = 0
+for path, title, name in zip(sys.argv[1:], titles, named):
+    try:
+        r = json.load(open(path))
+    except Exception as e:
+        r = {"error": repr(e)}
+    o, d = r.get("first_origin") or {}, r.get("diagnosis") or {}
+    ok = (o.get("kind"), d.get("title")) == ("input", title) and name in (o.get("inputs") or "")
+    failed += not ok
+    print(f"checkpoint onto CUDA: first {o.get('kind')} {o.get('op')} step {o.get('step')} "
+          f"{o.get('inputs')}, diagnosis {d.get('title')}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if failed else 0)
 PY
-) | tee "$build"/checkpoint-check.txt || { failed+=("$part_name"); show_log 20 "$build"/checkpoint-save.log "$build"/checkpoint.log; }
+) | tee "$build"/checkpoint-check.txt || { failed+=("$part_name"); show_log 20 "$build"/checkpoint-save-*.log "$build"/checkpoint-*.log; }
 fi
 
 echo

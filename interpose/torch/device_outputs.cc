@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/inlined_vector.h"
@@ -15,6 +16,7 @@
 #include "cupti/cuda_api.h"
 #include "interpose/torch/cuda_library.h"
 #include "interpose/torch/enqueue_checks.h"
+#include "interpose/torch/loaded_state.h"
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/torch_compat.h"
@@ -195,6 +197,15 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
         in.copy_source = true;
         if (into_parameter) in.model_tensor = "copied into parameter";
       }
+      // Optimizer state a checkpoint brought with inf/NaN, read by the step
+      // guard before its optimizer's first step (loaded_state.h): known,
+      // and named, as a host input is.
+      if (std::optional<LoadedNonFinite> loaded = LoadedNonFiniteAt(in.storage)) {
+        in.checked_on_host = true;
+        in.counts = loaded->counts;
+        in.max_abs = loaded->max_abs;
+        in.model_tensor = std::move(loaded->name);
+      }
     } else {
       // A host tensor fed to a GPU op (a batch being uploaded, a scalar):
       // checked now, as it may change before the result arrives.
@@ -262,6 +273,8 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     op->output_sizes.emplace_back();
     op->output_storages.emplace_back();
   });
+  // Written by this op now: what they hold is this op's, not the checkpoint's.
+  for (const DeviceOutput& out : device_outputs) ForgetLoadedNonFiniteAt(out.storage);
   if (!traits.collective) {
     // Written by this op now: no longer what a collective left there.
     absl::InlinedVector<const void*, 4> written;

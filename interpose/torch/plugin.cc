@@ -31,6 +31,8 @@
 #include "interpose/torch/device_outputs.h"
 #include "interpose/torch/enqueue_checks.h"
 #include "interpose/torch/forward_ops.h"
+#include "interpose/torch/loaded_state.h"
+#include "interpose/torch/model_tensor_names.h"
 #include "interpose/torch/fp32_fallback.h"
 #include "interpose/torch/nvml_gpus.h"
 #include "interpose/torch/observers.h"
@@ -1116,6 +1118,37 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_loss_scale(const 
   nanhunt::LossScales().Note(storage);
 }
 
+// Called by step_guard.py before an optimizer's first step, for each
+// tensor of its state (loaded: torch.optim makes state in step()) that
+// holds inf/NaN, with its counts and what to call it when Python cannot
+// tell which parameter it belongs to ("Adam state exp_avg_sq of a
+// parameter"). See interpose/torch/loaded_state.h.
+extern "C" __attribute__((visibility("default"))) void nanhunt_loaded_state(
+    const void* storage, int64_t elements, int64_t nan, int64_t posinf, int64_t neginf,
+    double max_abs, const char* unnamed) {
+  using namespace nanhunt;
+  try {
+    if (Session::Get() == nullptr || !MonitoringActive()) return;
+    LoadedNonFinite facts;
+    facts.counts.elements = static_cast<unsigned long long>(elements);
+    facts.counts.nan = static_cast<unsigned long long>(nan);
+    facts.counts.posinf = static_cast<unsigned long long>(posinf);
+    facts.counts.neginf = static_cast<unsigned long long>(neginf);
+    facts.max_abs = max_abs;
+    // The model's name of the parameter, when Python finds the model.
+    facts.name = NameModelTensor(storage).value_or("");
+    if (facts.name.empty() && unnamed != nullptr) facts.name = unnamed;
+    NoteLoadedNonFinite(storage, std::move(facts));
+  } catch (...) {
+    ReportInternalError("loaded optimizer state", "unknown exception");
+  }
+}
+
+// Called by step_guard.py once the step that read such state has ended.
+extern "C" __attribute__((visibility("default"))) void nanhunt_loaded_state_done() {
+  nanhunt::ForgetAllLoadedNonFinite();
+}
+
 // Called by step_guard.py for an optimizer step it found inside a CUDA
 // graph capture, which it leaves alone (see there).
 namespace {
@@ -1260,6 +1293,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       const std::vector<std::string> masks = session->monitor().mask_ops();
       if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
+      if (const int64_t loaded = LoadedNonFiniteNoted(); loaded > 0) {
+        w.PutMeta("loaded_optimizer_state_nonfinite", absl::StrCat(loaded));
+      }
       if (session->monitor().counted_forward_passes()) w.PutMeta("forward_passes_as_steps", "1");
       if (const int64_t unjudged = session->monitor().iterations_unjudged_in_sample_mode();
           unjudged > 0) {

@@ -5,7 +5,8 @@ nanhunt to check every op for a while. In every mode each optimizer that
 steps is named, so that several stepped in one iteration (a GAN's
 discriminator and generator; in sample mode any two) are one step, and an
 optimizer step GradScaler skipped, which has no optimizer record to end
-it, is reported with its optimizer's name.
+it, is reported with its optimizer's name. At each optimizer's first step,
+state it already holds (loaded from a checkpoint) is read for inf/NaN.
 
 Loaded by libnanhunt_torch.so into the monitored process at its first
 optimizer step. torch.optim's optimizers skip every parameter whose .grad is
@@ -44,6 +45,10 @@ _skip_at_install = False  # NANHUNT_SKIP_NONFINITE_STEPS was on at install
 _owners = {}
 _claimed = weakref.WeakKeyDictionary()
 _MAX_OWNERS = 1 << 20  # parameters remembered: more than a model has
+# Optimizers whose state was read at their first step (_read_loaded_state),
+# and whether that found any inf/NaN for nanhunt to forget at the step's end.
+_state_read = weakref.WeakSet()
+_state_noted = False
 
 
 def _gradients(optimizer):
@@ -187,6 +192,52 @@ def _naming(optimizer):
         return id(optimizer), 0
 
 
+def _loaded_state(optimizer):
+    """The floating-point tensors of an optimizer's state, with their keys
+    and parameters."""
+    return [(p, key, v)
+            for p, state in optimizer.state.items() if isinstance(state, dict)
+            for key, v in state.items()
+            if torch.is_tensor(v) and v.is_floating_point() and v.layout == torch.strided
+            and v.numel() > 0]
+
+
+def _read_loaded_state(optimizer):
+    """At an optimizer's first step, state it already holds was loaded
+    (torch.optim makes its state in step()): from a checkpoint, which may
+    have been saved after its run diverged. Its inf/NaN are told to nanhunt
+    now, before the update reads them: on a GPU nanhunt checks what an op
+    writes, not what it reads, and would call the update their origin.
+    One host read per device and dtype, once per optimizer that resumes."""
+    global _state_noted
+    if optimizer in _state_read:
+        return
+    _state_read.add(optimizer)
+    tensors = _loaded_state(optimizer)
+    if not tensors:
+        return
+    groups = {}
+    for entry in tensors:
+        groups.setdefault((entry[2].device, entry[2].dtype), []).append(entry)
+    with torch.no_grad():
+        for entries in groups.values():
+            # The max-norm is inf or NaN exactly when a tensor holds them.
+            norms = torch.stack(torch._foreach_norm([v for _, _, v in entries], float("inf")))
+            finite = norms.isfinite().tolist()
+            for (p, key, v), ok in zip(entries, finite):
+                if ok:
+                    continue
+                a = v.detach().float().abs()
+                nan, posinf, neginf = torch.stack(
+                    [v.isnan().sum(), (v == float("inf")).sum(), (v == float("-inf")).sum()]
+                ).tolist()
+                max_abs = float(a.nan_to_num(nan=0.0, posinf=float("inf")).max())
+                unnamed = f"{type(optimizer).__name__} state {key} of a parameter"
+                _lib.nanhunt_loaded_state(v.untyped_storage().data_ptr(), v.numel(), nan,
+                                          posinf, neginf, max_abs, unnamed.encode())
+                _state_noted = True
+
+
 def _before_step(optimizer, args, kwargs):
     global _optimizer_steps, _broken
     compiling = _compiling()
@@ -206,6 +257,14 @@ def _before_step(optimizer, args, kwargs):
             _lib.nanhunt_optimizer_stepping(*_naming(optimizer))
         except Exception:
             pass  # never the training's problem
+        _lib.nanhunt_quiet(1)  # nanhunt's reads, not the model's ops
+        try:
+            if not _capturing():  # a host read would end the capture
+                _read_loaded_state(optimizer)
+        except Exception:
+            pass  # never the training's problem: the update is then judged alone
+        finally:
+            _lib.nanhunt_quiet(0)
     if _broken:
         return None
     try:
@@ -253,6 +312,10 @@ def _guard_step(optimizer, kwargs):
 
 
 def _after_step(optimizer, args, kwargs):
+    global _state_noted
+    if _state_noted:
+        _state_noted = False
+        _lib.nanhunt_loaded_state_done()
     for p, g in _held.pop(id(optimizer), ()):
         p.grad = g
 
@@ -297,6 +360,9 @@ def _library(library_path):
         lib.nanhunt_scaler_skipped_step.argtypes = [ctypes.c_uint64, ctypes.c_int]
         lib.nanhunt_skip_enabled.restype = ctypes.c_int
         lib.nanhunt_loss_scale.argtypes = [ctypes.c_void_p]
+        lib.nanhunt_loaded_state.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                             ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
+                                             ctypes.c_char_p]
         _lib = lib
     return _lib
 

@@ -85,6 +85,13 @@
 //                                     parameter, then a linear of it; gpu:
 //                                     loaded straight onto the GPU (no op
 //                                     wrote it there that nanhunt checks)
+//   host_gpu_ops loaded-state [unread]
+//                                     a resumed Adam whose exp_avg_sq, loaded
+//                                     straight onto the GPU, holds an inf:
+//                                     the step guard tells nanhunt before
+//                                     the update, which mul_s it in place
+//                                     and addcmul_s it; unread: as when the
+//                                     step guard could not read it
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -663,6 +670,48 @@ int Gan() {
   return 0;
 }
 
+// Adam's first update after a resume, on the GPU: its exp_avg_sq, loaded
+// with an inf where no op of this run wrote it, is told to nanhunt as
+// step_guard.py's pre-hook does (nanhunt_loaded_state), unless `unread`;
+// then mul_ and addcmul_ update it in place.
+int LoadedState(bool unread) {
+  torch::manual_seed(0);
+  torch::nn::Linear model(8, 1);
+  const torch::Tensor x = torch::randn({16, 8});
+  const torch::Tensor y = torch::randn({16, 1});
+  const at::Tensor exp_avg_sq = OnGpu(Unseen([] {
+    at::Tensor t = torch::full({4, 4}, 0.25, torch::kFloat);
+    t[2][1] = INFINITY;
+    return t;
+  }));
+  const at::Tensor grad = GpuFull({4, 4}, 0.5);
+  torch::mse_loss(model->forward(x), y).backward();  // a step begins
+  {
+    RECORD_USER_SCOPE("Optimizer.step#Adam.step");
+    torch::NoGradGuard no_grad;  // as torch.optim's step runs
+    NameOptimizer(1);
+    using Note = void (*)(const void*, int64_t, int64_t, int64_t, int64_t, double, const char*);
+    using Done = void (*)();
+    static const Note note = LoadedSymbol<Note>("libnanhunt_torch.so", "nanhunt_loaded_state");
+    static const Done done = LoadedSymbol<Done>("libnanhunt_torch.so", "nanhunt_loaded_state_done");
+    if (note != nullptr && !unread) {
+      note(exp_avg_sq.storage().data(), 16, 0, 1, 0, INFINITY,
+           "Adam state exp_avg_sq of a parameter");
+    }
+    OpWriting("aten::mul_", "Scalar", {exp_avg_sq, c10::Scalar(0.999)}, exp_avg_sq,
+              [&] { Unseen([&] { return HostOf(exp_avg_sq).mul_(0.999); }); });
+    OpWriting("aten::addcmul_", "", {exp_avg_sq, grad, grad, c10::Scalar(0.001)}, exp_avg_sq,
+              [&] {
+                Unseen([&] {
+                  return HostOf(exp_avg_sq).addcmul_(HostOf(grad), HostOf(grad), 0.001);
+                });
+              });
+    if (done != nullptr) done();
+  }
+  std::printf("updated 1 state\n");
+  return 0;
+}
+
 std::vector<at::Tensor> g_logged;  // Dropped(kept): the softmaxes, kept
 
 // Under the stand-in library: lets its drain thread deliver all but
@@ -838,7 +887,8 @@ int main(int argc, char** argv) {
   if (what == "load-checkpoint") {
     return LoadCheckpoint(argc > 2 && std::string(argv[2]) == "gpu");
   }
+  if (what == "loaded-state") return LoadedState(argc > 2 && std::string(argv[2]) == "unread");
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | load-checkpoint [gpu] | loaded-state [unread] | loop N\n");
   return 2;
 }

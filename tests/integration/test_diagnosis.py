@@ -1,6 +1,8 @@
 """`nanhunt view` classifies a run the way an expert would. Each class is
 shown by a real training script built to show it, run under the preload;
 the test checks the class, the op it names and that a fix is offered."""
+import sqlite3
+
 import pytest
 
 from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, plain_and_monitored, preload_run,
@@ -314,6 +316,12 @@ def test_a_checkpoint_that_diverged_is_blamed_not_the_first_batch(
     assert "batch" not in d["fixes"][0], d
     text = run([NANHUNT, "view", out]).stdout
     assert f"DIAGNOSIS  {title}" in text
+    # The step guard read the loaded optimizer state before the first
+    # update: what names it on a GPU, where an update's inputs go unread.
+    (trace,) = sorted(out.glob("*.sqlite"))
+    loaded = sqlite3.connect(trace).execute(
+        "SELECT value FROM meta WHERE key = 'loaded_optimizer_state_nonfinite'").fetchall()
+    assert loaded == ([("1",)] if planted == "inf-adam" else []), loaded
 
 
 def test_an_fp16_gradient_norm_that_overflowed_is_blamed_on_the_clipping(out, tmp_path):

@@ -483,3 +483,31 @@ def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into
     assert [f["kind"] for f in findings(out) if f["kind"] != "propagated"] == ["input"]
     d = j["diagnosis"]
     assert d["title"] == "The model's parameters were loaded with NaN; the data is not to blame", d
+
+
+@pytest.mark.parametrize("read", [True, False], ids=["read", "unread"])
+def test_optimizer_state_loaded_with_inf_onto_the_gpu_is_an_input_not_the_updates_origin(
+        out, read):
+    # A resumed Adam's exp_avg_sq, loaded straight onto the GPU with an inf:
+    # no op of this run wrote it, and its update's check reads what the
+    # update wrote, not what it read, so the update's mul_ was called the
+    # origin. The step guard reads the state before the first step and
+    # tells nanhunt (here, as its pre-hook would): an input, named; the
+    # addcmul_ after it passes the inf on. Unread, it is the old verdict.
+    r = run_gpu_ops(["loaded-state", *([] if read else ["unread"])], out, STAND_IN_PRELOAD)
+    assert r.returncode == 0, r.stderr
+    j = view_json(out)
+    first = j["first_origin"]
+    kinds = [(f["op"], f["kind"]) for f in findings(out)]
+    if not read:
+        assert (first["kind"], first["op"], first["phase"]) == (
+            "origin", "aten::mul_", "optimizer"), first
+        return
+    assert (first["kind"], first["op"], first["phase"], first["step"]) == (
+        "input", "aten::mul_", "optimizer", 0), first
+    assert "#0 Float[4, 4] (Adam state exp_avg_sq of a parameter) max|x|=inf +inf=1" in \
+        first["inputs"], first
+    assert kinds == [("aten::mul_", "input"), ("aten::addcmul_", "propagated")], kinds
+    assert "input of aten::mul_ (optimizer) at step 0, in Adam state exp_avg_sq" in r.stderr
+    assert j["diagnosis"]["title"] == "The optimizer's state brought inf, not the data", j
+    assert meta(out)["loaded_optimizer_state_nonfinite"] == "1"
