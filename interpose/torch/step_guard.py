@@ -49,6 +49,11 @@ _MAX_OWNERS = 1 << 20  # parameters remembered: more than a model has
 # and whether that found any inf/NaN for nanhunt to forget at the step's end.
 _state_read = weakref.WeakSet()
 _state_noted = False
+# Optimizers whose state holds something at their first step, read so far:
+# a program that makes one with loaded state every iteration pays a host
+# read only for the first few.
+_state_reads = 0
+_MAX_STATE_READS = 16
 
 
 def _gradients(optimizer):
@@ -208,14 +213,16 @@ def _read_loaded_state(optimizer):
     have been saved after its run diverged. Its inf/NaN are told to nanhunt
     now, before the update reads them: on a GPU nanhunt checks what an op
     writes, not what it reads, and would call the update their origin.
-    One host read per device and dtype, once per optimizer that resumes."""
-    global _state_noted
-    if optimizer in _state_read:
+    One host read per device and dtype (two more per tensor found holding
+    inf/NaN), once per optimizer that resumes."""
+    global _state_noted, _state_reads
+    if optimizer in _state_read or _state_reads >= _MAX_STATE_READS:
         return
     _state_read.add(optimizer)
     tensors = _loaded_state(optimizer)
     if not tensors:
         return
+    _state_reads += 1
     groups = {}
     for entry in tensors:
         groups.setdefault((entry[2].device, entry[2].dtype), []).append(entry)
@@ -224,7 +231,7 @@ def _read_loaded_state(optimizer):
             # The max-norm is inf or NaN exactly when a tensor holds them.
             norms = torch.stack(torch._foreach_norm([v for _, _, v in entries], float("inf")))
             finite = norms.isfinite().tolist()
-            for (p, key, v), ok in zip(entries, finite):
+            for (_, key, v), ok in zip(entries, finite):
                 if ok:
                     continue
                 a = v.detach().float().abs()
