@@ -198,10 +198,9 @@ def _naming(optimizer):
 
 
 def _loaded_state(optimizer):
-    """The floating-point tensors of an optimizer's state, with their keys
-    and parameters."""
-    return [(p, key, v)
-            for p, state in optimizer.state.items() if isinstance(state, dict)
+    """The floating-point tensors of an optimizer's state, with their keys."""
+    return [(key, v)
+            for state in optimizer.state.values() if isinstance(state, dict)
             for key, v in state.items()
             if torch.is_tensor(v) and v.is_floating_point() and v.layout == torch.strided
             and v.numel() > 0]
@@ -216,8 +215,6 @@ def _read_loaded_state(optimizer):
     One host read per device and dtype (two more per tensor found holding
     inf/NaN), once per optimizer that resumes."""
     global _state_noted, _state_reads
-    if optimizer in _state_read or _state_reads >= _MAX_STATE_READS:
-        return
     _state_read.add(optimizer)
     tensors = _loaded_state(optimizer)
     if not tensors:
@@ -225,13 +222,13 @@ def _read_loaded_state(optimizer):
     _state_reads += 1
     groups = {}
     for entry in tensors:
-        groups.setdefault((entry[2].device, entry[2].dtype), []).append(entry)
+        groups.setdefault((entry[1].device, entry[1].dtype), []).append(entry)
     with torch.no_grad():
         for entries in groups.values():
             # The max-norm is inf or NaN exactly when a tensor holds them.
-            norms = torch.stack(torch._foreach_norm([v for _, _, v in entries], float("inf")))
+            norms = torch.stack(torch._foreach_norm([v for _, v in entries], float("inf")))
             finite = norms.isfinite().tolist()
-            for (_, key, v), ok in zip(entries, finite):
+            for (key, v), ok in zip(entries, finite):
                 if ok:
                     continue
                 a = v.detach().float().abs()
@@ -264,14 +261,20 @@ def _before_step(optimizer, args, kwargs):
             _lib.nanhunt_optimizer_stepping(*_naming(optimizer))
         except Exception:
             pass  # never the training's problem
-        _lib.nanhunt_quiet(1)  # nanhunt's reads, not the model's ops
         try:
-            if not _capturing():  # a host read would end the capture
-                _read_loaded_state(optimizer)
+            # Once per optimizer; never while capturing (a host read would end it).
+            first = (optimizer not in _state_read and _state_reads < _MAX_STATE_READS
+                     and not _capturing())
         except Exception:
-            pass  # never the training's problem: the update is then judged alone
-        finally:
-            _lib.nanhunt_quiet(0)
+            first = False  # not weakly referable: never read
+        if first:
+            _lib.nanhunt_quiet(1)  # nanhunt's reads, not the model's ops
+            try:
+                _read_loaded_state(optimizer)
+            except Exception:
+                pass  # never the training's problem: the update is then judged alone
+            finally:
+                _lib.nanhunt_quiet(0)
     if _broken:
         return None
     try:
