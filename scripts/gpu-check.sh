@@ -575,17 +575,19 @@ PY
 fi
 
 if time_left "checkpoint loaded onto CUDA"; then
-part "resumed from a checkpoint loaded straight onto CUDA, with a NaN weight or an inf in Adam's state: an input of the model or the optimizer, not the data, nor the copy's or the update's origin"
+part "resumed from a checkpoint loaded straight onto CUDA, with a NaN weight (copied, or assigned) or an inf in Adam's state: an input of the model or the optimizer, not the data, nor the copy's, the forward pass's or the update's origin"
 for planted in nan-weight inf-adam; do
   DEVICE=cuda "$python" tests/integration/scripts/resume_from_diverged_checkpoint.py save-$planted \
     "$build"/diverged-$planted.pt > "$build"/checkpoint-save-$planted.log 2>&1 || true
   on_cuda "$build"/checkpoint-$planted resume_from_diverged_checkpoint.py resume "$build"/diverged-$planted.pt
 done
-("$python" - "$build"/checkpoint-nan-weight.json "$build"/checkpoint-inf-adam.json <<'PY'
+on_cuda "$build"/checkpoint-assigned resume_from_diverged_checkpoint.py resume "$build"/diverged-nan-weight.pt assign
+("$python" - "$build"/checkpoint-nan-weight.json "$build"/checkpoint-inf-adam.json "$build"/checkpoint-assigned.json <<'PY'
 import json, sys
 titles = ["The model's parameters were loaded with NaN; the data is not to blame",
-          "The optimizer's state brought inf, not the data"]
-named = ["(copied into parameter", "(Adam state exp_avg_sq of 2.weight)"]
+          "The optimizer's state brought inf, not the data",
+          "The model's parameters brought NaN, not the data"]
+named = ["(copied into parameter", "(Adam state exp_avg_sq of 2.weight)", "(parameter 2.weight)"]
 failed = 0
 for path, title, name in zip(sys.argv[1:], titles, named):
     try:

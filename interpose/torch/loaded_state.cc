@@ -16,16 +16,18 @@ absl::flat_hash_map<const void*, LoadedNonFinite>& Noted() ABSL_EXCLUSIVE_LOCKS_
 }
 // Whether anything is noted: asked at every GPU op input without the lock.
 std::atomic<bool> g_any{false};
-std::atomic<int64_t> g_noted_total{0};
+std::atomic<int64_t> g_noted_optimizer{0};
+std::atomic<int64_t> g_noted_model{0};
 
 }  // namespace
 
 void NoteLoadedNonFinite(const void* storage, LoadedNonFinite facts) {
   if (storage == nullptr) return;
   absl::MutexLock lock(&g_mu);
+  (facts.into == LoadedInto::kModel ? g_noted_model : g_noted_optimizer)
+      .fetch_add(1, std::memory_order_relaxed);
   Noted()[storage] = std::move(facts);
   g_any.store(true, std::memory_order_release);
-  g_noted_total.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::optional<LoadedNonFinite> LoadedNonFiniteAt(const void* storage) {
@@ -49,6 +51,9 @@ void ForgetAllLoadedNonFinite() {
   g_any.store(false, std::memory_order_release);
 }
 
-int64_t LoadedNonFiniteNoted() { return g_noted_total.load(std::memory_order_relaxed); }
+int64_t LoadedNonFiniteNoted(LoadedInto into) {
+  return (into == LoadedInto::kModel ? g_noted_model : g_noted_optimizer)
+      .load(std::memory_order_relaxed);
+}
 
 }  // namespace nanhunt

@@ -372,13 +372,15 @@ except Exception as e:
   }
 }
 
-// GradScaler.scale's wrapper (step_guard.py's watch_loss_scale), which
-// names the scale's memory before the first loss is multiplied by it: set
-// up at the first op once torch has finished importing (its classes do not
-// exist before). Until then, tried at most once a millisecond, and given
+// step_guard.py's wrappers of GradScaler.scale (watch_loss_scale), which
+// names the scale's memory before the first loss is multiplied by it, and
+// of nn.Module.load_state_dict (watch_loading), which reads what a module
+// was assigned: set up at the first op once torch has finished importing
+// (its classes do not exist before; a model is built with ops before it is
+// loaded). Until then, tried at most once a millisecond, and given
 // up after a thousand tries: a program that embeds Python but never
 // imports torch's module would otherwise pay for a try every millisecond.
-void WatchLossScale(ThreadState& ts) {
+void InstallPythonWrappers(ThreadState& ts) {
   static std::atomic<bool> done{false};
   static std::atomic<int64_t> last_try{0};
   static std::atomic<int> tries{0};
@@ -402,8 +404,13 @@ try:
 except Exception as e:
     print(f"nanhunt: GradScaler's scaling cannot be told apart ({e!r}); the "
           "scaled loss may be reported as nearing fp16's limit", file=sys.stderr)
+try:
+    _load_guard().watch_loading(LIBRARY)
+except Exception as e:
+    print(f"nanhunt: load_state_dict cannot be watched ({e!r}); inf/NaN a model is "
+          "assigned on a GPU will be blamed on the op that first reads them", file=sys.stderr)
 )py";
-  ts.busy = true;  // the wrapper's installation is not the model's
+  ts.busy = true;  // the wrappers' installation is not the model's
   if (RunPython(WithStepGuard(kWatch).c_str(), {{"SCRIPT", StepGuardScript()}, {"LIBRARY", lib}})) {
     done.store(true);
   }
@@ -895,7 +902,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         }
         break;
       default: {
-        WatchLossScale(ts);
+        InstallPythonWrappers(ts);
         // Between ops only (see fp32_fallback.h): not inside another op.
         if (ts.depth == 1 || ts.frames[ts.depth - 2].kind != FrameKind::kOp) {
           bool top_level = true;
@@ -1118,14 +1125,14 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_loss_scale(const 
   nanhunt::LossScales().Note(storage);
 }
 
-// Called by step_guard.py before an optimizer's first step, for each
-// tensor of its state (loaded: torch.optim makes state in step()) that
-// holds inf/NaN, with its counts and what to call it when Python cannot
-// tell which parameter it belongs to ("Adam state exp_avg_sq of a
-// parameter"). See interpose/torch/loaded_state.h.
-extern "C" __attribute__((visibility("default"))) void nanhunt_loaded_state(
-    const void* storage, int64_t elements, int64_t nan, int64_t posinf, int64_t neginf,
-    double max_abs, const char* unnamed) {
+namespace {
+
+// A tensor that came in holding inf/NaN without any op writing it, as
+// step_guard.py found it: noted under its storage (loaded_state.h).
+template <class NameFn>
+void NoteLoaded(const char* what, nanhunt::LoadedInto into, const void* storage,
+                int64_t elements, int64_t nan, int64_t posinf, int64_t neginf, double max_abs,
+                NameFn name) {
   using namespace nanhunt;
   try {
     if (Session::Get() == nullptr || !MonitoringActive()) return;
@@ -1135,13 +1142,43 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_loaded_state(
     facts.counts.posinf = static_cast<unsigned long long>(posinf);
     facts.counts.neginf = static_cast<unsigned long long>(neginf);
     facts.max_abs = max_abs;
-    // The model's name of the parameter, when Python finds the model.
-    facts.name = NameModelTensor(storage).value_or("");
-    if (facts.name.empty() && unnamed != nullptr) facts.name = unnamed;
+    facts.name = name();
+    facts.into = into;
     NoteLoadedNonFinite(storage, std::move(facts));
   } catch (...) {
-    ReportInternalError("loaded optimizer state", "unknown exception");
+    ReportInternalError(what, "unknown exception");
   }
+}
+
+}  // namespace
+
+// Called by step_guard.py before an optimizer's first step, for each
+// tensor of its state (loaded: torch.optim makes state in step()) that
+// holds inf/NaN, with its counts and what to call it when Python cannot
+// tell which parameter it belongs to ("Adam state exp_avg_sq of a
+// parameter"). See interpose/torch/loaded_state.h.
+extern "C" __attribute__((visibility("default"))) void nanhunt_loaded_state(
+    const void* storage, int64_t elements, int64_t nan, int64_t posinf, int64_t neginf,
+    double max_abs, const char* unnamed) {
+  NoteLoaded("loaded optimizer state", nanhunt::LoadedInto::kOptimizer, storage, elements, nan,
+             posinf, neginf, max_abs, [&] {
+               // The model's name of the parameter, when Python finds the model.
+               std::string name = nanhunt::NameModelTensor(storage).value_or("");
+               return name.empty() && unnamed != nullptr ? std::string(unnamed) : name;
+             });
+}
+
+// Called by step_guard.py's load_state_dict wrapper after a module took
+// the loaded tensors as its own (assign=True), for each parameter or
+// buffer that holds inf/NaN, named as load_state_dict knows it
+// ("parameter 2.weight", "buffer bn.running_var"): no op wrote it, and on
+// a GPU its first reader would be called the origin.
+extern "C" __attribute__((visibility("default"))) void nanhunt_loaded_model_tensor(
+    const void* storage, int64_t elements, int64_t nan, int64_t posinf, int64_t neginf,
+    double max_abs, const char* name) {
+  NoteLoaded("loaded model tensor", nanhunt::LoadedInto::kModel, storage, elements, nan,
+             posinf, neginf, max_abs,
+             [&] { return std::string(name != nullptr ? name : "parameter"); });
 }
 
 // Called by step_guard.py once the step that read such state has ended.
@@ -1293,8 +1330,11 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       const std::vector<std::string> masks = session->monitor().mask_ops();
       if (!masks.empty()) w.PutMeta("mask_ops", absl::StrJoin(masks, ","));
       w.PutMeta("skipped_steps", absl::StrCat(session->monitor().skipped_steps()));
-      if (const int64_t loaded = LoadedNonFiniteNoted(); loaded > 0) {
+      if (const int64_t loaded = LoadedNonFiniteNoted(LoadedInto::kOptimizer); loaded > 0) {
         w.PutMeta("loaded_optimizer_state_nonfinite", absl::StrCat(loaded));
+      }
+      if (const int64_t loaded = LoadedNonFiniteNoted(LoadedInto::kModel); loaded > 0) {
+        w.PutMeta("loaded_model_tensors_nonfinite", absl::StrCat(loaded));
       }
       if (session->monitor().counted_forward_passes()) w.PutMeta("forward_passes_as_steps", "1");
       if (const int64_t unjudged = session->monitor().iterations_unjudged_in_sample_mode();

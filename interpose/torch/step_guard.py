@@ -46,9 +46,13 @@ _owners = {}
 _claimed = weakref.WeakKeyDictionary()
 _MAX_OWNERS = 1 << 20  # parameters remembered: more than a model has
 # Optimizers whose state was read at their first step (_read_loaded_state),
-# and whether that found any inf/NaN for nanhunt to forget at the step's end.
+# and whether that read, or one of a model loaded with assign=True
+# (_read_assigned), found any inf/NaN for nanhunt to forget at the end of
+# the next optimizer step: its forward pass and its update read them, or
+# wrote over them.
 _state_read = weakref.WeakSet()
 _state_noted = False
+_loading = 0  # load_state_dict calls under way (a subclass's may call nn.Module's)
 # Optimizers whose state holds something at their first step, read so far:
 # a program that makes one with loaded state every iteration pays a host
 # read only for the first few.
@@ -197,13 +201,41 @@ def _naming(optimizer):
         return id(optimizer), 0
 
 
+def _readable(t):
+    """A tensor whose values nanhunt may read: plain (a DTensor's read would
+    be a collective, a fake tensor's an error), floating-point, with values."""
+    return (type(t) in (torch.Tensor, torch.nn.Parameter) and t.is_floating_point()
+            and t.layout == torch.strided and t.device.type != "meta" and t.numel() > 0)
+
+
 def _loaded_state(optimizer):
     """The floating-point tensors of an optimizer's state, with their keys."""
     return [(key, v)
             for state in optimizer.state.values() if isinstance(state, dict)
-            for key, v in state.items()
-            if torch.is_tensor(v) and v.is_floating_point() and v.layout == torch.strided
-            and v.numel() > 0]
+            for key, v in state.items() if _readable(v)]
+
+
+def _nonfinite(entries):
+    """(name, tensor, nan, posinf, neginf, max_abs) for each of `entries`
+    ((name, tensor) pairs) that holds inf/NaN: one host read per device and
+    dtype, two more per tensor found holding them."""
+    groups = {}
+    for entry in entries:
+        groups.setdefault((entry[1].device, entry[1].dtype), []).append(entry)
+    with torch.no_grad():
+        for group in groups.values():
+            # The max-norm is inf or NaN exactly when a tensor holds them.
+            norms = torch.stack(torch._foreach_norm([v for _, v in group], float("inf")))
+            finite = norms.isfinite().tolist()
+            for (name, v), ok in zip(group, finite):
+                if ok:
+                    continue
+                nan, posinf, neginf = torch.stack(
+                    [v.isnan().sum(), (v == float("inf")).sum(), (v == float("-inf")).sum()]
+                ).tolist()
+                max_abs = float(v.detach().float().abs()
+                                .nan_to_num(nan=0.0, posinf=float("inf")).max())
+                yield name, v, nan, posinf, neginf, max_abs
 
 
 def _read_loaded_state(optimizer):
@@ -220,26 +252,34 @@ def _read_loaded_state(optimizer):
     if not tensors:
         return
     _state_reads += 1
-    groups = {}
-    for entry in tensors:
-        groups.setdefault((entry[1].device, entry[1].dtype), []).append(entry)
-    with torch.no_grad():
-        for entries in groups.values():
-            # The max-norm is inf or NaN exactly when a tensor holds them.
-            norms = torch.stack(torch._foreach_norm([v for _, v in entries], float("inf")))
-            finite = norms.isfinite().tolist()
-            for (key, v), ok in zip(entries, finite):
-                if ok:
-                    continue
-                a = v.detach().float().abs()
-                nan, posinf, neginf = torch.stack(
-                    [v.isnan().sum(), (v == float("inf")).sum(), (v == float("-inf")).sum()]
-                ).tolist()
-                max_abs = float(a.nan_to_num(nan=0.0, posinf=float("inf")).max())
-                unnamed = f"{type(optimizer).__name__} state {key} of a parameter"
-                _lib.nanhunt_loaded_state(v.untyped_storage().data_ptr(), v.numel(), nan,
-                                          posinf, neginf, max_abs, unnamed.encode())
-                _state_noted = True
+    for key, v, nan, posinf, neginf, max_abs in _nonfinite(tensors):
+        unnamed = f"{type(optimizer).__name__} state {key} of a parameter"
+        _lib.nanhunt_loaded_state(v.untyped_storage().data_ptr(), v.numel(), nan,
+                                  posinf, neginf, max_abs, unnamed.encode())
+        _state_noted = True
+
+
+def _model_tensors(module):
+    """A module's floating-point parameters and buffers, named as its
+    state_dict names them."""
+    named = [(f"parameter {n}", t) for n, t in module.named_parameters()]
+    named += [(f"buffer {n}", t) for n, t in module.named_buffers()]
+    return [(n, t) for n, t in named if _readable(t)]
+
+
+def _read_assigned(module):
+    """After load_state_dict(..., assign=True) a module's parameters and
+    buffers are the loaded tensors themselves: no op wrote them, and a
+    checkpoint loaded straight onto a GPU (torch.load copies its bytes as
+    uint8) was never read as numbers. Their inf/NaN are told to nanhunt
+    now, before the first forward pass reads them: on a GPU nanhunt checks
+    what an op writes, not what it reads, and would call that pass's first
+    matmul their origin. One host read per device and dtype a load."""
+    global _state_noted
+    for name, v, nan, posinf, neginf, max_abs in _nonfinite(_model_tensors(module)):
+        _lib.nanhunt_loaded_model_tensor(v.untyped_storage().data_ptr(), v.numel(), nan,
+                                         posinf, neginf, max_abs, name.encode())
+        _state_noted = True
 
 
 def _before_step(optimizer, args, kwargs):
@@ -373,6 +413,7 @@ def _library(library_path):
         lib.nanhunt_loaded_state.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                              ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
                                              ctypes.c_char_p]
+        lib.nanhunt_loaded_model_tensor.argtypes = lib.nanhunt_loaded_state.argtypes
         _lib = lib
     return _lib
 
@@ -405,6 +446,45 @@ def watch_loss_scale(library_path):
 
     scale._nanhunt_watch = True
     scaler.scale = scale
+
+
+def watch_loading(library_path):
+    """Wraps nn.Module.load_state_dict: with assign=True, what the module
+    was given is read for inf/NaN right after (_read_assigned). Without it
+    the checkpoint is copied into the module's own tensors by copy_ ops,
+    which nanhunt checks: nothing to read. Values are untouched. Loaded
+    with watch_loss_scale, before the program loads a model."""
+    lib = _library(library_path)
+    module = torch.nn.Module
+    original = module.load_state_dict
+    if getattr(original, "_nanhunt_watch", False):
+        return
+
+    @functools.wraps(original)
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        global _loading
+        _loading += 1
+        try:
+            result = original(self, state_dict, *args, **kwargs)
+        finally:
+            _loading -= 1
+        try:
+            # load_state_dict(state_dict, strict=True, assign=False)
+            assign = kwargs.get("assign", args[1] if len(args) > 1 else False)
+            # The outermost call only; never while capturing or traced (a
+            # host read would end the capture, or break the graph).
+            if assign and _loading == 0 and not _capturing() and not _compiling():
+                lib.nanhunt_quiet(1)  # nanhunt's reads, not the model's ops
+                try:
+                    _read_assigned(self)
+                finally:
+                    lib.nanhunt_quiet(0)
+        except Exception:
+            pass  # never the training's problem: the first reader is then judged alone
+        return result
+
+    load_state_dict._nanhunt_watch = True
+    module.load_state_dict = load_state_dict
 
 
 def install(library_path, sentinel, skip):

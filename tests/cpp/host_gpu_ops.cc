@@ -712,6 +712,31 @@ int LoadedState(bool unread) {
   return 0;
 }
 
+// A model loaded with load_state_dict(..., assign=True) from a checkpoint
+// torch.load put straight onto the GPU: its weight is the loaded tensor,
+// with a NaN no op of this run wrote (the bytes were copied as uint8). It
+// is told to nanhunt as step_guard.py's load_state_dict wrapper does
+// (nanhunt_loaded_model_tensor), unless `unread`; then the first forward
+// pass's mm reads it, and a relu reads the mm's output.
+int LoadedParameter(bool unread) {
+  at::Tensor weight = OnGpu(Unseen([] {
+    at::Tensor t = torch::full({8, 4}, 0.25, torch::kHalf);
+    t[3][1] = NAN;
+    return t;
+  }));
+  weight.set_requires_grad(true);
+  using Note = void (*)(const void*, int64_t, int64_t, int64_t, int64_t, double, const char*);
+  static const Note note =
+      LoadedSymbol<Note>("libnanhunt_torch.so", "nanhunt_loaded_model_tensor");
+  if (note != nullptr && !unread) {
+    note(weight.storage().data(), 32, 1, 0, 0, 0.25, "parameter 0.weight");
+  }
+  const at::Tensor out = Mm(GpuFull({2, 8}, 1.0), weight);
+  GpuOp("aten::relu", "", {out}, [&] { return at::relu(HostOf(out)); });
+  std::printf("loaded 1 parameter by assignment\n");
+  return 0;
+}
+
 std::vector<at::Tensor> g_logged;  // Dropped(kept): the softmaxes, kept
 
 // Under the stand-in library: lets its drain thread deliver all but
@@ -888,7 +913,10 @@ int main(int argc, char** argv) {
     return LoadCheckpoint(argc > 2 && std::string(argv[2]) == "gpu");
   }
   if (what == "loaded-state") return LoadedState(argc > 2 && std::string(argv[2]) == "unread");
+  if (what == "loaded-parameter") {
+    return LoadedParameter(argc > 2 && std::string(argv[2]) == "unread");
+  }
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | load-checkpoint [gpu] | loaded-state [unread] | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | load-checkpoint [gpu] | loaded-state [unread] | loaded-parameter [unread] | loop N\n");
   return 2;
 }

@@ -322,6 +322,30 @@ def test_a_checkpoint_that_diverged_is_blamed_not_the_first_batch(
     loaded = sqlite3.connect(trace).execute(
         "SELECT value FROM meta WHERE key = 'loaded_optimizer_state_nonfinite'").fetchall()
     assert loaded == ([("1",)] if planted == "inf-adam" else []), loaded
+    # Copied into the model's own tensors (no assign): nothing read after loading.
+    assert not sqlite3.connect(trace).execute(
+        "SELECT value FROM meta WHERE key = 'loaded_model_tensors_nonfinite'").fetchall()
+
+
+def test_a_model_assigned_a_diverged_checkpoint_is_read_where_it_was_loaded(out, tmp_path):
+    # load_state_dict(..., assign=True), as after building a model on the
+    # meta device: the parameters are the loaded tensors, which no op
+    # wrote. On a GPU nothing would read them before the first forward
+    # pass's matmul, whose check reads what it wrote: it was the NaN's
+    # origin. The step guard's load_state_dict wrapper reads what a model
+    # was assigned and tells nanhunt, named; the meta counts what it found
+    # (here on the CPU, where the linear's input is read as well, so the
+    # verdict is the same either way, and the run still bit-identical).
+    script, checkpoint = SCRIPTS / "resume_from_diverged_checkpoint.py", tmp_path / "ckpt.pt"
+    assert run([PYTHON, script, "save-nan-weight", checkpoint]).returncode == 0
+    plain_and_monitored([PYTHON, script, "resume", checkpoint, "assign"], out)
+    first = view_json(out)["first_origin"]
+    assert (first["kind"], first["op"], first["step"]) == ("input", "aten::linear", 0), first
+    assert "(parameter 2.weight)" in first["inputs"], first
+    (trace,) = sorted(out.glob("*.sqlite"))
+    loaded = dict(sqlite3.connect(trace).execute(
+        "SELECT key, value FROM meta WHERE key LIKE 'loaded_%'").fetchall())
+    assert loaded == {"loaded_model_tensors_nonfinite": "1"}, loaded
 
 
 def test_an_fp16_gradient_norm_that_overflowed_is_blamed_on_the_clipping(out, tmp_path):

@@ -486,28 +486,46 @@ def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into
 
 
 @pytest.mark.parametrize("read", [True, False], ids=["read", "unread"])
-def test_optimizer_state_loaded_with_inf_onto_the_gpu_is_an_input_not_the_updates_origin(
-        out, read):
-    # A resumed Adam's exp_avg_sq, loaded straight onto the GPU with an inf:
-    # no op of this run wrote it, and its update's check reads what the
-    # update wrote, not what it read, so the update's mul_ was called the
-    # origin. The step guard reads the state before the first step and
-    # tells nanhunt (here, as its pre-hook would): an input, named; the
-    # addcmul_ after it passes the inf on. Unread, it is the old verdict.
-    r = run_gpu_ops(["loaded-state", *([] if read else ["unread"])], out, STAND_IN_PRELOAD)
+@pytest.mark.parametrize("mode,op,phase,named,then,title,counted", [
+    # A resumed Adam's exp_avg_sq, loaded straight onto the GPU with an
+    # inf: optimizer.load_state_dict keeps it as it is, and the update's
+    # mul_ is its first reader. The step guard reads the state before the
+    # optimizer's first step.
+    ("loaded-state", "aten::mul_", "optimizer",
+     "#0 Float[4, 4] (Adam state exp_avg_sq of a parameter) max|x|=inf +inf=1",
+     "aten::addcmul_", "The optimizer's state brought inf, not the data",
+     "loaded_optimizer_state_nonfinite"),
+    # model.load_state_dict(..., assign=True): the parameter is the loaded
+    # tensor itself, with a NaN, and the first forward pass's mm its first
+    # reader ("Forward overflow" when unread). The step guard's
+    # load_state_dict wrapper reads what a module was assigned.
+    ("loaded-parameter", "aten::mm", "forward",
+     "#1 Half[8, 4] (parameter 0.weight) max|x|=0.25 nan=1",
+     "aten::relu", "The model's parameters brought NaN, not the data",
+     "loaded_model_tensors_nonfinite"),
+], ids=["optimizer-state", "assigned-parameter"])
+def test_a_tensor_loaded_with_inf_or_nan_onto_the_gpu_is_an_input_not_its_readers_origin(
+        out, read, mode, op, phase, named, then, title, counted):
+    # No op of this run wrote it (torch.load copies a GPU checkpoint's
+    # bytes as uint8), and its first reader's check reads what that op
+    # wrote, not what it read: the reader was called its origin. Told to
+    # nanhunt (here, as step_guard.py would), it is an input, named, and
+    # the op after passes it on. Unread, it is the old verdict.
+    r = run_gpu_ops([mode, *([] if read else ["unread"])], out, STAND_IN_PRELOAD)
     assert r.returncode == 0, r.stderr
     j = view_json(out)
     first = j["first_origin"]
-    kinds = [(f["op"], f["kind"]) for f in findings(out)]
     if not read:
-        assert (first["kind"], first["op"], first["phase"]) == (
-            "origin", "aten::mul_", "optimizer"), first
+        assert (first["kind"], first["op"], first["phase"]) == ("origin", op, phase), first
+        assert counted not in meta(out)
         return
     assert (first["kind"], first["op"], first["phase"], first["step"]) == (
-        "input", "aten::mul_", "optimizer", 0), first
-    assert "#0 Float[4, 4] (Adam state exp_avg_sq of a parameter) max|x|=inf +inf=1" in \
-        first["inputs"], first
-    assert kinds == [("aten::mul_", "input"), ("aten::addcmul_", "propagated")], kinds
-    assert "input of aten::mul_ (optimizer) at step 0, in Adam state exp_avg_sq" in r.stderr
-    assert j["diagnosis"]["title"] == "The optimizer's state brought inf, not the data", j
-    assert meta(out)["loaded_optimizer_state_nonfinite"] == "1"
+        "input", op, phase, 0), first
+    assert named in first["inputs"], first
+    assert [(f["op"], f["kind"]) for f in findings(out)] == [
+        (op, "input"), (then, "propagated")]
+    tensor = named.split(" (", 1)[1].split(")")[0]
+    assert f"input of {op} ({phase}) at step 0, in {tensor}" in r.stderr, r.stderr
+    assert j["diagnosis"]["title"] == title, j
+    loaded = {k: v for k, v in meta(out).items() if k.startswith("loaded_")}
+    assert loaded == {counted: "1"}, loaded

@@ -8,8 +8,13 @@
 #   save-nan-weight-fp16 PATH  as save-nan-weight, the model saved in fp16
 #                          (load_state_dict converts it back: a copy_ that
 #                          checks what it copies)
-#   resume PATH [foreach]  loads the checkpoint and trains three steps under
-#                          fp16 autocast; "foreach": Adam's foreach update
+#   resume PATH [foreach|assign]  loads the checkpoint and trains three
+#                          steps under fp16 autocast; "foreach": Adam's
+#                          foreach update; "assign": the model takes the
+#                          loaded tensors as they are
+#                          (load_state_dict(..., assign=True), as after
+#                          building it on the meta device), and its
+#                          optimizer is made after
 # DEVICE=cuda trains on the GPU; the checkpoint is then loaded straight
 # onto it, as torch.load does with what a GPU run saved.
 import os
@@ -19,6 +24,7 @@ import torch
 
 mode, path = sys.argv[1], sys.argv[2]
 foreach = sys.argv[3:] == ["foreach"]
+assign = sys.argv[3:] == ["assign"]
 device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
@@ -39,7 +45,9 @@ def train(steps):
 
 if mode == "resume":
     checkpoint = torch.load(path)
-    model.load_state_dict(checkpoint["model"])
+    model.load_state_dict(checkpoint["model"], assign=assign)
+    if assign:  # the parameters are new tensors: an optimizer of them
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     opt.load_state_dict(checkpoint["optimizer"])
     train(3)
     sys.exit(0)
