@@ -587,7 +587,8 @@ import json, sys
 titles = ["The model's parameters were loaded with NaN; the data is not to blame",
           "The optimizer's state brought inf, not the data",
           "The model's parameters brought NaN, not the data"]
-named = ["(copied into parameter", "(Adam state exp_avg_sq of 2.weight)", "(parameter 2.weight)"]
+named = ["(copied into parameter 2.weight)", "(Adam state exp_avg_sq of 2.weight)",
+         "(parameter 2.weight)"]
 failed = 0
 for path, title, name in zip(sys.argv[1:], titles, named):
     try:

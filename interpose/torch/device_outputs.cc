@@ -17,6 +17,7 @@
 #include "interpose/torch/cuda_library.h"
 #include "interpose/torch/enqueue_checks.h"
 #include "interpose/torch/loaded_state.h"
+#include "interpose/torch/loading_names.h"
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
 #include "interpose/torch/torch_compat.h"
@@ -49,6 +50,12 @@ bool IsCheckableOnDevice(const at::Tensor& t) {
   // A nested tensor has no sizes or strides to give the check kernel.
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_nested() &&
          t.has_storage() && FormatOfValues(t.scalar_type()) && !WithoutOwnMemory(t);
+}
+
+// What load_state_dict, while one is under way, calls `t`
+// (loading_names.h): nullopt otherwise, for a relaxed load.
+std::optional<std::string> LoadingNameOfTensor(const at::Tensor& t) {
+  return t.has_storage() ? LoadingNameOf(t.storage().data()) : std::nullopt;
 }
 
 // `fn` gets references into `values` (a tensor list's elements read in
@@ -173,12 +180,19 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     in.max_abs = std::isnan(value) ? 0 : std::fabs(value);
     in.holds_masks = mask_constant;
   }
-  // A copy into a parameter (load_state_dict's copy_ of a checkpoint
-  // loaded straight onto the GPU): its source is named by where it goes,
-  // without Python (too slow for every such copy), and its line is kept.
+  // A copy into the model (load_state_dict's copy_ of a checkpoint loaded
+  // straight onto the GPU): its source is named by where it goes, without
+  // Python's walk (too slow for every such copy), and its line is kept.
   const at::Tensor* destination = WholeWriteDestination(inputs, traits);
-  const bool into_parameter = op->copies_unchanged && destination != nullptr &&
-                              destination->requires_grad() && destination->is_leaf();
+  const std::optional<std::string> loading_into =
+      destination != nullptr ? LoadingNameOfTensor(*destination) : std::nullopt;
+  // Outside a load_state_dict nanhunt was told of, a leaf that requires
+  // grad is a parameter.
+  const std::string into_model =
+      !op->copies_unchanged || destination == nullptr ? ""
+      : loading_into                                  ? *loading_into
+      : destination->requires_grad() && destination->is_leaf() ? "parameter"
+                                                               : "";
   // Filled in place: every GPU op's inputs, on the training thread.
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !FormatOfValues(t.scalar_type())) return;
@@ -195,7 +209,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       in.from_collective = session.monitor().IsCollective(in.storage);
       if (op->copies_unchanged && (destination == nullptr || index != traits.written_args[0])) {
         in.copy_source = true;
-        if (into_parameter) in.model_tensor = "copied into parameter";
+        if (!into_model.empty()) in.model_tensor = "copied into " + into_model;
       }
       // Optimizer state a checkpoint brought with inf/NaN, read by the step
       // guard before its optimizer's first step (loaded_state.h): known,
@@ -219,14 +233,16 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
                          HoldsMasksNow(t, limits);
         // A checkpoint loaded on the host, copied into the model's GPU
         // parameters (load_state_dict): named now, while Python can tell.
+        // Under load_state_dict, the name it gave the destination: no walk.
         if (AnyNonFinite(in.counts) && !in.holds_masks && !KnownNonFinite(t)) {
-          in.model_tensor = ModelTensorName(t, destination);
+          in.model_tensor = loading_into ? "copied into " + *loading_into
+                                         : ModelTensorName(t, destination);
         }
       }
     }
   });
   op->kernels = DeviceKernelsSince(call.kernel_mark);
-  if (into_parameter || (op->phase == Phase::kForward && LateResults()->Wanted(op->op))) {
+  if (!into_model.empty() || (op->phase == Phase::kForward && LateResults()->Wanted(op->op))) {
     // Seen near the limit or non-finite before: the line is worth its cost.
     std::vector<InputFacts> none;
     std::vector<at::Tensor> no_outputs;

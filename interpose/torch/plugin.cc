@@ -32,6 +32,7 @@
 #include "interpose/torch/enqueue_checks.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/loaded_state.h"
+#include "interpose/torch/loading_names.h"
 #include "interpose/torch/model_tensor_names.h"
 #include "interpose/torch/fp32_fallback.h"
 #include "interpose/torch/nvml_gpus.h"
@@ -1179,6 +1180,24 @@ extern "C" __attribute__((visibility("default"))) void nanhunt_loaded_model_tens
   NoteLoaded("loaded model tensor", nanhunt::LoadedInto::kModel, storage, elements, nan,
              posinf, neginf, max_abs,
              [&] { return std::string(name != nullptr ? name : "parameter"); });
+}
+
+// Called by step_guard.py's load_state_dict wrapper, before a module's
+// load copies into its CUDA tensors, for each: what the module calls it
+// ("parameter 2.weight"), for the copy that brings inf/NaN into it.
+// See interpose/torch/loading_names.h.
+extern "C" __attribute__((visibility("default"))) void nanhunt_loading_into(
+    const void* storage, const char* name) {
+  try {
+    if (name != nullptr) nanhunt::NoteLoadingInto(storage, name);
+  } catch (...) {
+    nanhunt::ReportInternalError("load_state_dict names", "unknown exception");
+  }
+}
+
+// Called by step_guard.py once that load has ended, or failed.
+extern "C" __attribute__((visibility("default"))) void nanhunt_loading_done() {
+  nanhunt::ForgetLoadingNames();
 }
 
 // Called by step_guard.py once the step that read such state has ended.

@@ -6,7 +6,9 @@ steps is named, so that several stepped in one iteration (a GAN's
 discriminator and generator; in sample mode any two) are one step, and an
 optimizer step GradScaler skipped, which has no optimizer record to end
 it, is reported with its optimizer's name. At each optimizer's first step,
-state it already holds (loaded from a checkpoint) is read for inf/NaN.
+state it already holds (loaded from a checkpoint) is read for inf/NaN, as
+is what load_state_dict(..., assign=True) gives a module; a load that
+copies tells nanhunt the names of the tensors it copies into.
 
 Loaded by libnanhunt_torch.so into the monitored process at its first
 optimizer step. torch.optim's optimizers skip every parameter whose .grad is
@@ -414,6 +416,7 @@ def _library(library_path):
                                              ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
                                              ctypes.c_char_p]
         lib.nanhunt_loaded_model_tensor.argtypes = lib.nanhunt_loaded_state.argtypes
+        lib.nanhunt_loading_into.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         _lib = lib
     return _lib
 
@@ -448,12 +451,24 @@ def watch_loss_scale(library_path):
     scaler.scale = scale
 
 
+def _name_copies(module):
+    """Before load_state_dict copies a checkpoint into a module's CUDA
+    tensors: what the module calls each, for nanhunt to name a copy that
+    brings inf/NaN into it. On a GPU the copy's values come back after the
+    op, too late for Python's walk over the program's modules to be worth
+    its cost at every copy into a parameter. No tensor is read."""
+    for name, t in _model_tensors(module):
+        if t.is_cuda:
+            _lib.nanhunt_loading_into(t.untyped_storage().data_ptr(), name.encode())
+
+
 def watch_loading(library_path):
-    """Wraps nn.Module.load_state_dict: with assign=True, what the module
-    was given is read for inf/NaN right after (_read_assigned). Without it
-    the checkpoint is copied into the module's own tensors by copy_ ops,
-    which nanhunt checks: nothing to read. Values are untouched. Loaded
-    with watch_loss_scale, before the program loads a model."""
+    """Wraps nn.Module.load_state_dict. Without assign=True the checkpoint
+    is copied into the module's own tensors by copy_ ops, which nanhunt
+    checks; their names are told to nanhunt first (_name_copies). With it,
+    what the module was given is read for inf/NaN right after
+    (_read_assigned). Values are untouched. Loaded with watch_loss_scale,
+    before the program loads a model."""
     lib = _library(library_path)
     module = torch.nn.Module
     original = module.load_state_dict
@@ -463,17 +478,27 @@ def watch_loading(library_path):
     @functools.wraps(original)
     def load_state_dict(self, state_dict, *args, **kwargs):
         global _loading
+        # load_state_dict(state_dict, strict=True, assign=False)
+        assign = kwargs.get("assign", args[1] if len(args) > 1 else False)
+        # The outermost call only; never while capturing or traced (a host
+        # read would end the capture; any call would break the graph).
+        outermost = _loading == 0 and not _compiling()
         _loading += 1
+        naming = False
         try:
+            if outermost and not assign:
+                naming = True
+                try:
+                    _name_copies(self)
+                except Exception:
+                    pass  # never the training's problem: the copies go unnamed
             result = original(self, state_dict, *args, **kwargs)
         finally:
             _loading -= 1
+            if naming:
+                lib.nanhunt_loading_done()
         try:
-            # load_state_dict(state_dict, strict=True, assign=False)
-            assign = kwargs.get("assign", args[1] if len(args) > 1 else False)
-            # The outermost call only; never while capturing or traced (a
-            # host read would end the capture, or break the graph).
-            if assign and _loading == 0 and not _capturing() and not _compiling():
+            if assign and outermost and not _capturing():
                 lib.nanhunt_quiet(1)  # nanhunt's reads, not the model's ops
                 try:
                     _read_assigned(self)

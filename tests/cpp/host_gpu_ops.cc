@@ -398,12 +398,22 @@ int CastsAndFills() {
   return 0;
 }
 
+// Function `symbol` of `library` when the process has loaded it (under
+// the preload), else null: the program links neither.
+template <typename Function>
+Function LoadedSymbol(const char* library, const char* symbol) {
+  void* handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
+  return handle != nullptr ? reinterpret_cast<Function>(dlsym(handle, symbol)) : nullptr;
+}
+
 // torch.load(path, map_location="cpu") of a checkpoint saved after its run
 // diverged, then model.load_state_dict: a copy_ of each host tensor into
 // its GPU parameter, and the first forward op reads it. `onto_gpu`: torch.load
 // put it on the GPU (its bytes copied as uint8, which nanhunt does not
-// check), and the copy_ is from GPU to GPU.
-int LoadCheckpoint(bool onto_gpu) {
+// check), and the copy_ is from GPU to GPU. `named`: the parameter's name
+// is told to nanhunt around the copy, as step_guard.py's load_state_dict
+// wrapper does (nanhunt_loading_into, nanhunt_loading_done).
+int LoadCheckpoint(bool onto_gpu, bool named) {
   const at::Tensor weight = GpuParameter({4, 8}, 0.5);
   const at::Tensor on_host = Unseen([] {
     at::Tensor t = torch::full({4, 8}, 0.25, torch::kHalf);
@@ -411,8 +421,14 @@ int LoadCheckpoint(bool onto_gpu) {
     return t;
   });
   const at::Tensor saved = onto_gpu ? OnGpu(on_host) : on_host;
+  using Into = void (*)(const void*, const char*);
+  using Done = void (*)();
+  static const Into into = LoadedSymbol<Into>("libnanhunt_torch.so", "nanhunt_loading_into");
+  static const Done done = LoadedSymbol<Done>("libnanhunt_torch.so", "nanhunt_loading_done");
+  if (named && into != nullptr) into(weight.storage().data(), "parameter 0.weight");
   OpWriting("aten::copy_", "", {weight, saved, false}, weight,
             [&] { Unseen([&] { return HostOf(weight).copy_(on_host); }); });
+  if (named && done != nullptr) done();
   GpuLinear(GpuFull({2, 8}, 1.0), weight);
   std::printf("loaded 1 parameter\n");
   return 0;
@@ -624,14 +640,6 @@ int GivenUp(bool first) {
   }
   std::printf("gave up %d iterations\n", given_up);
   return 0;
-}
-
-// Function `symbol` of `library` when the process has loaded it (under
-// the preload), else null: the program links neither.
-template <typename Function>
-Function LoadedSymbol(const char* library, const char* symbol) {
-  void* handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
-  return handle != nullptr ? reinterpret_cast<Function>(dlsym(handle, symbol)) : nullptr;
 }
 
 // Names optimizer `identity` to nanhunt as step_guard.py's pre-hook does,
@@ -910,13 +918,14 @@ int main(int argc, char** argv) {
   if (what == "spectral") return Spectral();
   if (what == "batch-norm") return BatchNorm();
   if (what == "load-checkpoint") {
-    return LoadCheckpoint(argc > 2 && std::string(argv[2]) == "gpu");
+    return LoadCheckpoint(argc > 2 && std::string(argv[2]) == "gpu",
+                          argc > 3 && std::string(argv[3]) == "named");
   }
   if (what == "loaded-state") return LoadedState(argc > 2 && std::string(argv[2]) == "unread");
   if (what == "loaded-parameter") {
     return LoadedParameter(argc > 2 && std::string(argv[2]) == "unread");
   }
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | load-checkpoint [gpu] | loaded-state [unread] | loaded-parameter [unread] | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | load-checkpoint [gpu [named]] | loaded-state [unread] | loaded-parameter [unread] | loop N\n");
   return 2;
 }

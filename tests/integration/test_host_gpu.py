@@ -462,22 +462,29 @@ def test_kernel_names_start_for_what_the_user_must_find_not_for_a_scalers_gradie
         assert names == "this libnanhunt_cuda.so has no CUPTI support", names
 
 
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named"])
 @pytest.mark.parametrize("loaded", ["host", "gpu"])
-def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into(out, loaded):
+def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into(
+        out, loaded, named):
     # torch.load(map_location="cpu"), then load_state_dict: the copy_ into
     # the GPU parameter reads the host tensor at enqueue, and names it by
     # the parameter it writes (no Python here: "parameter"). It was "came
     # in with the data". Loaded straight onto the GPU (torch.load copies
     # the bytes as uint8), the copy_'s source was never read: a copy that
     # keeps the dtype makes no NaN, so its source held it (it was the
-    # copy_'s origin, "not an fp16 overflow").
-    r = run_gpu_ops(["load-checkpoint", *(["gpu"] if loaded == "gpu" else [])], out,
-                    STAND_IN_PRELOAD)
+    # copy_'s origin, "not an fp16 overflow"). `named`: the parameter's
+    # name told to nanhunt around the copy, as step_guard.py's
+    # load_state_dict wrapper does, is the one it is called by.
+    r = run_gpu_ops(["load-checkpoint", *(["gpu"] if loaded == "gpu" else ["host"]),
+                     *(["named"] if named else [])], out, STAND_IN_PRELOAD)
     assert r.returncode == 0, r.stderr
     j = view_json(out)
     first = j["first_origin"]
     assert (first["kind"], first["op"]) == ("input", "aten::copy_"), first
-    assert "#1 Half[4, 8] (copied into parameter) max|x|=0.25 nan=1" in first["inputs"], first
+    into = "parameter 0.weight" if named else "parameter"
+    assert f"#1 Half[4, 8] (copied into {into}) max|x|=0.25 nan=1" in first["inputs"], first
+    assert f"input of aten::copy_ (forward) at step 0, copied into {into} — " in r.stderr, \
+        r.stderr
     if loaded == "gpu":
         assert "nan=1 on the GPU, not read, but held them" in first["inputs"], first
     assert [f["kind"] for f in findings(out) if f["kind"] != "propagated"] == ["input"]
