@@ -375,8 +375,9 @@ except Exception as e:
 
 // step_guard.py's wrappers of GradScaler.scale (watch_loss_scale), which
 // names the scale's memory before the first loss is multiplied by it, and
-// of nn.Module.load_state_dict (watch_loading), which reads what a module
-// was assigned: set up at the first op once torch has finished importing
+// of nn.Module.load_state_dict (watch_loading), which names the tensors a
+// load copies into and reads what a module was assigned: set up at the
+// first op once torch has finished importing
 // (its classes do not exist before; a model is built with ops before it is
 // loaded). Until then, tried at most once a millisecond, and given
 // up after a thousand tries: a program that embeds Python but never
@@ -408,8 +409,9 @@ except Exception as e:
 try:
     _load_guard().watch_loading(LIBRARY)
 except Exception as e:
-    print(f"nanhunt: load_state_dict cannot be watched ({e!r}); inf/NaN a model is "
-          "assigned on a GPU will be blamed on the op that first reads them", file=sys.stderr)
+    print(f"nanhunt: load_state_dict cannot be watched ({e!r}); on a GPU, inf/NaN a "
+          "checkpoint copies into a model go without the tensor's name, and those a model "
+          "is assigned are blamed on the op that first reads them", file=sys.stderr)
 )py";
   ts.busy = true;  // the wrappers' installation is not the model's
   if (RunPython(WithStepGuard(kWatch).c_str(), {{"SCRIPT", StepGuardScript()}, {"LIBRARY", lib}})) {
