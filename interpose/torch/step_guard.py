@@ -486,7 +486,9 @@ def watch_loading(library_path):
         _loading += 1
         naming = False
         try:
-            if outermost and not assign:
+            # No CUDA tensor exists before CUDA is initialised: a CPU run
+            # does not even list the module's tensors.
+            if outermost and not assign and torch.cuda.is_initialized():
                 naming = True
                 try:
                     _name_copies(self)
