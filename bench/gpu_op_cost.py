@@ -11,7 +11,7 @@ cannot count is the real library's part (ring slot, kernel launch, event:
 cupti/, timed by scripts/gpu-check.sh on a GPU); the stand-in does a CPU
 check of 4 values and a queue push instead. Each figure is the difference
 of a run of N2 ops and one of N1, per op, so start-up and exit cancel.
-Needs valgrind; about 2 minutes.
+Needs valgrind; about a minute.
 
 `--wall` times the same loop instead, every thread running (about a
 minute): the op thread's wall time an op, contention with the drain
@@ -66,6 +66,9 @@ def environment(mode, out, preload=STAND_IN_PRELOAD):
     # Results 64 checks behind, as from a GPU behind the host: the drain
     # thread judges every op, as it does on a GPU.
     env["HOST_GPU_LAG"] = "64"
+    # The drain thread wakes, delivers what is there, and sleeps 200 us, as
+    # the real ring's does (core/check_ring.cc): an enqueue wakes nobody.
+    env["HOST_GPU_POLL_US"] = "200"
     if mode != "plain":
         env.update(LD_PRELOAD=str(preload), NANHUNT_OUT=str(out),
                    NANHUNT_EXIT_SUMMARY="0", NANHUNT_QUIET="1", **MODES[mode])
@@ -76,7 +79,12 @@ def run(mode, n, tmp):
     env = environment(mode, tmp / f"out-{mode}-{n}")
     out = tmp / f"{mode}-{n}" / "callgrind.out"
     out.parent.mkdir()
-    subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes",
+    # --fair-sched: valgrind runs one thread at a time, and by default a
+    # thread that never blocks (this loop) keeps the CPU for most of the
+    # run: no LateOp came back to the pool while it ran (core/late_op_pool.h:
+    # all 12,000 were new), and every op paid a malloc that a process whose
+    # drain thread keeps up does not.
+    subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", "--fair-sched=yes",
                     f"--callgrind-out-file={out}", str(PROGRAM), "loop", str(n)],
                    env=env, capture_output=True, text=True, check=True)
     return thread_totals(out)
@@ -87,9 +95,6 @@ def wall_run(mode, n, tmp, round_, preload=STAND_IN_PRELOAD):
     context switches of the whole run: a thread that blocked on a lock
     another held (the drain thread's, malloc's) switched out."""
     env = environment(mode, tmp / f"wall-{mode}-{round_}", preload)
-    # The drain thread wakes, delivers what is there, and sleeps 200 us, as
-    # the real ring's does (core/check_ring.cc).
-    env["HOST_GPU_POLL_US"] = "200"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([str(PROGRAM), "loop", str(n)], env=env, capture_output=True,
                        text=True, check=True)

@@ -17,8 +17,8 @@
 // "drain" for each wait for every result. HOST_GPU_POLL_US=N makes the
 // drain thread work as the real ring's does (core/check_ring.cc): wake at
 // the first result, deliver what is there, sleep N microseconds, so that
-// an enqueue seldom has a thread to wake (bench/gpu_op_cost.py's wall
-// times); without it, each enqueue wakes the drain thread.
+// an enqueue seldom has a thread to wake (bench/gpu_op_cost.py's counts
+// and times); without it, each enqueue wakes the drain thread.
 //
 // No CUPTI: kernel names stay off ("this libnanhunt_cuda.so has no CUPTI
 // support"), as the plugin handles a library without those symbols.
