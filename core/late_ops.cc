@@ -27,7 +27,9 @@ class LateContext final : public OpContext {
       f.from_collective = in.from_collective;
       f.copy_source = in.copy_source;
       f.model_tensor = in.model_tensor;
-      if (in.checked_on_host) {
+      // A check at its first read that did not happen (its memory went
+      // first) counted nothing: the input is then as if never checked.
+      if (in.checked_on_host || (in.checked_at_first_read && in.counts.elements > 0)) {
         f.counts = in.counts;
         f.max_abs = in.max_abs;
       } else if (in.storage != nullptr) {
@@ -49,8 +51,9 @@ class LateContext final : public OpContext {
             break;
         }
       }
-      // Otherwise: made by an earlier op found finite, or never written
-      // by an op in this process (parameters as loaded): finite.
+      // Otherwise: made by an earlier op found finite, or written by no op
+      // nanhunt saw and not checked at its first read (sample mode checks
+      // no first reads): taken as finite.
       facts.push_back(std::move(f));
     }
     return facts;
@@ -140,6 +143,13 @@ std::optional<Verdict> LateOps::OnResult(LateOp* op, int index, const CheckCount
     if (release_) release_(op);
   });
   return Classify(op);
+}
+
+std::optional<Verdict> LateOps::OnInputResult(LateOp* op, int index, const CheckCounts& counts) {
+  LateInput& in = op->inputs[static_cast<size_t>(index)];
+  in.counts = counts;
+  in.max_abs = MaxAbs(in.format, counts);
+  return OnResult(op, -1, CheckCounts{});
 }
 
 Verdict LateOps::Classify(LateOp* op) {

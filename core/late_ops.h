@@ -56,6 +56,11 @@ struct LateInput {
   // a host tensor that brought inf/NaN no checked op made, or a GPU one
   // copied into a parameter.
   std::string model_tensor;
+  // GPU memory no op nanhunt saw wrote (core/written_memory.h), checked
+  // after this op as its first reader: counts and max_abs arrive with the
+  // op's results (LateOps::OnInputResult), in `format`.
+  bool checked_at_first_read = false;
+  Format format = Format::kF32;
 };
 
 // An output's memory, as known at enqueue. Device tensors also carry a
@@ -75,10 +80,10 @@ struct LateOp;
 // enqueueing allocates nothing that the drain thread would free; the
 // plugin's reads of single values extend it (kValueRead).
 struct ResultContext {
-  enum class Kind : uint8_t { kLateOutput, kValueRead };
+  enum class Kind : uint8_t { kLateOutput, kLateInput, kValueRead };
   Kind kind = Kind::kLateOutput;
-  int index = 0;          // of the op's outputs (or of the values read)
-  LateOp* op = nullptr;   // kLateOutput
+  int index = 0;          // of the op's outputs or inputs (or of the values read)
+  LateOp* op = nullptr;   // kLateOutput, kLateInput
 };
 
 struct LateOp {
@@ -142,6 +147,9 @@ class LateOps {
   // The caller lets go of `op` with the call: once nothing is pending it
   // is classified and handed to the release function (set_release).
   std::optional<Verdict> OnResult(LateOp* op, int index, const CheckCounts& counts);
+  // Result of the check of input `index` of `op` at its first read
+  // (LateInput::checked_at_first_read); otherwise as OnResult.
+  std::optional<Verdict> OnInputResult(LateOp* op, int index, const CheckCounts& counts);
   // A result that is not judged (it arrived after monitoring stopped):
   // lets go of `op` like OnResult, without classifying it.
   void LetGo(LateOp* op);

@@ -605,12 +605,37 @@ PY
 ) | tee "$build"/checkpoint-check.txt || { failed+=("$part_name"); show_log 20 "$build"/checkpoint-save-*.log "$build"/checkpoint-*.log; }
 fi
 
+if time_left "memory no op wrote"; then
+part "GPU memory no op wrote (cudaMemset into torch.empty's, as an extension's kernel; a torch.compile region's output), read by a matmul: its input, not its origin"
+for what in extension compiled; do
+  rm -rf "$build"/unwritten-$what
+  "$build"/bin/nanhunt run --out "$build"/unwritten-$what -- "$python" tests/gpu/unwritten_memory.py $what \
+    > "$build"/unwritten-$what.log 2>&1 || true
+  "$build"/bin/nanhunt view --json "$build"/unwritten-$what > "$build"/unwritten-$what.json || true
+done
+("$python" - "$build"/unwritten-extension.json "$build"/unwritten-compiled.json <<'PY'
+import json, sys
+failed = 0
+for path, kind in zip(sys.argv[1:], ["input", "compiled"]):
+    try:
+        o = json.load(open(path)).get("first_origin") or {}
+    except Exception as e:
+        o = {"error": repr(e)}
+    ok = (o.get("kind"), o.get("op")) == (kind, "aten::mm")
+    failed += not ok
+    print(f"memory no op wrote ({kind}): first {o.get('kind')} {o.get('op')} "
+          f"{o.get('inputs')} {o.get('compiled_region') or ''}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if failed else 0)
+PY
+) | tee "$build"/unwritten-check.txt || { failed+=("$part_name"); show_log 20 "$build"/unwritten-*.log; }
+fi
+
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
 grep '^ring,' "$build"/ring-cost.txt 2>/dev/null | sed 's/^/check ring (ns a check, extra, switches): /' || true
 for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
-    evaluation-check given-up-check spectral-check batch-norm-check checkpoint-check \
+    evaluation-check given-up-check spectral-check batch-norm-check checkpoint-check unwritten-check \
     streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"

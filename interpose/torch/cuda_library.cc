@@ -53,7 +53,9 @@ void DeliverResult(void* context, const CheckCounts* counts) {
       if (read->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) read->then(read->values);
       return;
     }
-    if (judged) {
+    if (judged && target->kind == ResultContext::Kind::kLateInput) {
+      g_late->OnInputResult(target->op, target->index, *counts);
+    } else if (judged) {
       g_late->OnResult(target->op, target->index, *counts);
     } else {
       g_late->LetGo(target->op);

@@ -13,6 +13,7 @@
 #include "core/cpu_check.h"
 #include "core/op_policy.h"
 #include "core/self_time.h"
+#include "core/written_memory.h"
 #include "cupti/cuda_api.h"
 #include "interpose/torch/cuda_library.h"
 #include "interpose/torch/enqueue_checks.h"
@@ -50,6 +51,85 @@ bool IsCheckableOnDevice(const at::Tensor& t) {
   // A nested tensor has no sizes or strides to give the check kernel.
   return t.defined() && t.is_cuda() && t.layout() == at::kStrided && !t.is_nested() &&
          t.has_storage() && FormatOfValues(t.scalar_type()) && !WithoutOwnMemory(t);
+}
+
+// GPU memory whose values nanhunt knows (core/written_memory.h): what ops
+// it saw wrote, and what it checked at a first read. Leaked, as the
+// late results are: the drain thread may outlive static destructors.
+std::atomic<int64_t> g_first_reads{0};  // checks of inputs at their first read
+
+WrittenMemory& Written() {
+  static WrittenMemory* const written = new WrittenMemory(&StorageAlive);
+  return *written;
+}
+
+WrittenMemory::Memory MemoryOf(const void* key, const at::Tensor& t) {
+  return {key, t.storage().unsafeGetStorageImpl()};
+}
+
+// Whether a check of `t` reads all its storage holds: only then is the
+// storage known after it (a check of one slice says nothing of the rest).
+bool CoversItsStorage(const at::Tensor& t) {
+  return t.storage_offset() == 0 && t.is_non_overlapping_and_dense() &&
+         static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
+}
+
+// A GPU output of the op being enqueued.
+struct DeviceOutput {
+  const at::Tensor* tensor;  // in the op's outputs
+  int index;                 // in LateOp::outputs
+  const void* storage;       // StorageKey
+};
+
+// A GPU input of the op being enqueued.
+struct InputRead {
+  const at::Tensor* tensor;  // in the op's inputs
+  int index;                 // in LateOp::inputs
+};
+
+// Of `maybe_unknown`, the op's GPU inputs, those in memory nanhunt does not
+// know that the op did not write: marked in `op` and added to
+// `first_reads`, to be checked with its outputs (once for a tensor read
+// twice, x * x). Then notes known the op's outputs, and the first reads
+// that cover their storage. One lock for the reads, one for the writes.
+void NoteFirstReads(LateOp& op, absl::Span<const InputRead> maybe_unknown,
+                    absl::Span<const DeviceOutput> outputs,
+                    absl::InlinedVector<InputRead, 2>& first_reads) {
+  absl::InlinedVector<WrittenMemory::Memory, 4> reads;
+  absl::InlinedVector<const InputRead*, 4> asked;
+  for (const InputRead& read : maybe_unknown) {
+    const void* key = op.inputs[read.index].storage;
+    bool written_here = false;
+    for (const DeviceOutput& out : outputs) written_here |= out.storage == key;
+    if (key == nullptr || written_here) continue;
+    reads.push_back(MemoryOf(key, *read.tensor));
+    asked.push_back(&read);
+  }
+  absl::InlinedVector<bool, 4> known(reads.size(), false);
+  if (!reads.empty()) Written().Known(reads, absl::MakeSpan(known));
+  absl::InlinedVector<WrittenMemory::Memory, 4> noted;
+  absl::InlinedVector<const at::Tensor*, 4> noted_tensors;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const at::Tensor& t = *asked[i]->tensor;
+    if (known[i] || !IsCheckableOnDevice(t)) continue;
+    bool again = false;
+    for (const InputRead& r : first_reads) again |= r.tensor->is_same(t);
+    if (again) continue;
+    LateInput& in = op.inputs[asked[i]->index];
+    in.checked_at_first_read = true;
+    in.format = *FormatOfValues(t.scalar_type());
+    first_reads.push_back(*asked[i]);
+    g_first_reads.fetch_add(1, std::memory_order_relaxed);
+    if (CoversItsStorage(t)) {
+      noted.push_back(reads[i]);
+      noted_tensors.push_back(&t);
+    }
+  }
+  for (const DeviceOutput& out : outputs) {
+    noted.push_back(MemoryOf(out.storage, *out.tensor));
+    noted_tensors.push_back(out.tensor);
+  }
+  Written().NoteKnown(noted, [&](size_t i) { return WeakStorageOf(noted_tensors[i]->storage()); });
 }
 
 // What load_state_dict, while one is under way, calls `t`
@@ -193,6 +273,10 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       : loading_into                                  ? *loading_into
       : destination->requires_grad() && destination->is_leaf() ? "parameter"
                                                                : "";
+  // Every op is checked (not sample mode): GPU inputs whose memory no op
+  // nanhunt saw wrote are checked where they are first read.
+  const bool first_reads_wanted = session.sampler() == nullptr;
+  absl::InlinedVector<InputRead, 4> maybe_unknown;  // asked below
   // Filled in place: every GPU op's inputs, on the training thread.
   ForEachTensorIn(inputs, [&](int index, const at::Tensor& t) {
     if (!t.defined() || !FormatOfValues(t.scalar_type())) return;
@@ -219,6 +303,8 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
         in.counts = loaded->counts;
         in.max_abs = loaded->max_abs;
         in.model_tensor = std::move(loaded->name);
+      } else if (first_reads_wanted && t.has_storage()) {
+        maybe_unknown.push_back({&t, static_cast<int>(op->inputs.size()) - 1});
       }
     } else {
       // A host tensor fed to a GPU op (a batch being uploaded, a scalar):
@@ -253,11 +339,6 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   // Outputs: host ones are checked now; device ones are enqueued. The op
   // is complete once every enqueued result is in (pending counts them).
   // An op has one output, or a few; a foreach op one per parameter.
-  struct DeviceOutput {
-    const at::Tensor* tensor;  // in `outputs`
-    int index;  // in op->outputs
-    const void* storage;
-  };
   absl::InlinedVector<DeviceOutput, 4> device_outputs;
   op->outputs.reserve(outputs.size());
   op->output_sizes.reserve(outputs.size());
@@ -289,6 +370,12 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     op->output_sizes.emplace_back();
     op->output_storages.emplace_back();
   });
+  // Inputs in memory no op nanhunt saw wrote, read here first: checked
+  // after the op, beside its outputs (it did not write them), so that
+  // inf/NaN they hold are its input rather than its making. Memory it
+  // writes is read by its outputs' checks: known from now on.
+  absl::InlinedVector<InputRead, 2> first_reads;
+  if (first_reads_wanted) NoteFirstReads(*op, maybe_unknown, device_outputs, first_reads);
   // Written by this op now: what they hold is this op's, not the checkpoint's.
   for (const DeviceOutput& out : device_outputs) ForgetLoadedNonFiniteAt(out.storage);
   if (!traits.collective) {
@@ -297,19 +384,25 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     for (const DeviceOutput& out : device_outputs) written.push_back(out.storage);
     session.monitor().ForgetCollective(written);
   }
-  op->pending = static_cast<int>(device_outputs.size()) + 1;  // +1: this call
+  const size_t n_checks = device_outputs.size() + first_reads.size();
+  op->pending = static_cast<int>(n_checks) + 1;  // +1: this call
   // All made before the first address is taken: the list never grows after.
-  op->result_contexts.resize(device_outputs.size());
+  op->result_contexts.resize(n_checks);
   std::vector<OutputCheck> checks;
-  checks.reserve(device_outputs.size());
-  for (size_t k = 0; k < device_outputs.size(); ++k) {
-    const DeviceOutput& out = device_outputs[k];
+  checks.reserve(n_checks);
+  for (size_t k = 0; k < n_checks; ++k) {
+    const bool output = k < device_outputs.size();
+    const at::Tensor& tensor =
+        output ? *device_outputs[k].tensor : *first_reads[k - device_outputs.size()].tensor;
     ResultContext& context = op->result_contexts[k];
     context.op = op;
-    context.index = out.index;
+    context.kind = output ? ResultContext::Kind::kLateOutput : ResultContext::Kind::kLateInput;
+    context.index =
+        output ? device_outputs[k].index : first_reads[k - device_outputs.size()].index;
     OutputCheck check;
-    check.tensor = *out.tensor;
-    check.described = Describe(*out.tensor, op->outputs[out.index].format);
+    check.tensor = tensor;
+    check.described = Describe(tensor, output ? op->outputs[context.index].format
+                                              : op->inputs[context.index].format);
     check.result = &context;
     checks.push_back(std::move(check));
   }
@@ -317,10 +410,15 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   for (OutputCheck& check : checks) {
     if (check.enqueued) continue;  // held ones were taken: enqueued with their batch
     const int index = check.result->index;
-    // Not checked, and said so: never read as finite.
-    CountNotEnqueued(OwnerOf(*op), check.error);
-    // Zero elements: counted as a call, not as values found finite.
-    op->outputs[index].counts = CheckCounts{};
+    if (check.result->kind == ResultContext::Kind::kLateInput) {
+      // Not read after all (a capture): judged as before, by its writers.
+      op->inputs[index].checked_at_first_read = false;
+    } else {
+      // Not checked, and said so: never read as finite.
+      CountNotEnqueued(OwnerOf(*op), check.error);
+      // Zero elements: counted as a call, not as values found finite.
+      op->outputs[index].counts = CheckCounts{};
+    }
     op->pending.fetch_sub(1, std::memory_order_acq_rel);
   }
   std::move(let_go).Cancel();
@@ -452,6 +550,7 @@ void DeliverResultsBeforeUpdateVerdict(Session& session) {
 DeviceTotals GetDeviceTotals() {
   DeviceTotals totals;
   static_cast<EnqueueTotals&>(totals) = GetEnqueueTotals();
+  totals.first_reads = g_first_reads.load(std::memory_order_relaxed);
   if (LateResults() != nullptr) {
     Session* session = Session::Get();
     if (session != nullptr) {

@@ -88,6 +88,9 @@ void DeliverResultsBeforeUpdateVerdict(Session& session);
 // when on).
 struct DeviceTotals : EnqueueTotals {
   int64_t waits = 0, kernel_launches = 0;
+  // GPU inputs checked where an op first read them: memory no op nanhunt
+  // saw wrote (core/written_memory.h).
+  int64_t first_reads = 0;
   std::string unavailable;
   std::string kernel_names_off;
 };

@@ -103,7 +103,9 @@ bool MemoryReleased(const OutputCheck& check) { return !(MemoryOf(check.storage)
 // nothing checked, counted unchecked (and why, for the trace).
 void DropReleased(OutputCheck& check) {
   g_released.fetch_add(1, std::memory_order_relaxed);
-  CountUnchecked(OwnerOf(*check.result->op), UncheckedReason::kReleased, /*on_device=*/true);
+  if (check.result->kind == ResultContext::Kind::kLateOutput) {
+    CountUnchecked(OwnerOf(*check.result->op), UncheckedReason::kReleased, /*on_device=*/true);
+  }
   const CheckCounts nothing;
   DeliverResult(AsContext(check.result), &nothing);  // takes it
   check.result = nullptr;
@@ -151,7 +153,9 @@ void EnqueueHeld(const CudaLibrary& lib, HeldFlushes& flushes)
         continue;
       }
       for (size_t k = first; k < first + n; ++k) {
-        CountNotEnqueued(OwnerOf(*held[k]->result->op), error);
+        if (held[k]->result->kind == ResultContext::Kind::kLateOutput) {
+          CountNotEnqueued(OwnerOf(*held[k]->result->op), error);
+        }
         const CheckCounts nothing;
         DeliverResult(AsContext(held[k]->result), &nothing);  // takes it
       }

@@ -713,13 +713,20 @@ OutputStorage DescribeOutputStorage(const at::Tensor& t) {
   OutputStorage out;
   out.key = StorageKey(t);
   if (!t.has_storage()) return out;
-  const c10::Storage& storage = t.storage();
-  // One owning weak pointer, handed to core/ and given back at release.
-  out.weak = WeakStorage(storage.getWeakStorageImpl().release(), [](void* impl) {
-    WeakStorageImpl::reclaim(static_cast<c10::StorageImpl*>(impl));
-  });
+  out.weak = WeakStorageOf(t.storage());
   out.single_value = IsOneValueNoParameter(t);
   return out;
+}
+
+WeakStorage WeakStorageOf(const c10::Storage& storage) {
+  // One owning weak pointer, handed to core/ and given back at release.
+  return WeakStorage(storage.getWeakStorageImpl().release(), [](void* impl) {
+    WeakStorageImpl::reclaim(static_cast<c10::StorageImpl*>(impl));
+  });
+}
+
+bool StorageAlive(void* impl) {
+  return c10::raw::weak_intrusive_ptr::use_count(static_cast<c10::StorageImpl*>(impl)) > 0;
 }
 
 bool NonFiniteStillHeld(bool counting_single_values) {

@@ -203,6 +203,10 @@ bool KnownDeliberate(const at::Tensor& t);  // a mask's ±inf
 // (StorageKey) and the weak reference taken at enqueue.
 const void* StorageKey(const at::Tensor& t);
 OutputStorage DescribeOutputStorage(const at::Tensor& t);
+// A weak reference to `storage` for torch-free code, and whether the
+// storage of one (its impl()) still owns memory.
+WeakStorage WeakStorageOf(const c10::Storage& storage);
+bool StorageAlive(void* impl);
 void RememberLateOutput(const OutputStorage& output, StorageState state);
 StorageState StorageStateOf(const void* key);
 // Whether a storage known to hold inf/NaN (not a mask's) may still be

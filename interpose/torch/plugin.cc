@@ -1324,6 +1324,9 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
         if (device.batches > 0) {
           w.PutMeta("device_check_batches", absl::StrCat(device.batches));
         }
+        if (device.first_reads > 0) {
+          w.PutMeta("inputs_checked_at_first_read", absl::StrCat(device.first_reads));
+        }
         if (device.released > 0) {
           w.PutMeta("outputs_released_before_check", absl::StrCat(device.released));
         }

@@ -92,6 +92,9 @@
 //                                     the update, which mul_s it in place
 //                                     and addcmul_s it; unread: as when the
 //                                     step guard could not read it
+//   host_gpu_ops unwritten            GPU memory no op wrote, with an inf
+//                                     in its last rows, read a part at a
+//                                     time by two mms
 //   host_gpu_ops loop N               N small GPU adds (bench/gpu_op_cost.py)
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -745,6 +748,36 @@ int LoadedParameter(bool unread) {
   return 0;
 }
 
+// Rows [begin, end) of a contiguous 2-d CUDA tensor here: a view of its
+// storage, made on the TensorImpl (no CUDA kernel of torch's here makes
+// one; nor do views make values).
+at::Tensor Rows(const at::Tensor& t, int64_t begin, int64_t end) {
+  at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()),
+                                                             t.key_set(), t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides({end - begin, t.size(1)}, t.strides());
+  view.unsafeGetTensorImpl()->set_storage_offset(begin * t.stride(0));
+  return view;
+}
+
+// GPU memory no op the callbacks see wrote, as a CUDA extension's kernel, a
+// DLPack import, a torch.compile region's fused kernels or torch.load's
+// bytes leave it: fp16 [8, 4] with an inf in row 6. One mm reads its first
+// four rows (finite), another its last four; a weight made the same way
+// is read whole by both.
+int Unwritten() {
+  const at::Tensor x = OnGpu(Unseen([] {
+    at::Tensor t = torch::full({8, 4}, 2.0, torch::kHalf);
+    t[6][1] = INFINITY;
+    return t;
+  }));
+  const at::Tensor w = GpuFull({4, 4}, 1.0);
+  const at::Tensor first = Mm(Rows(x, 0, 4), w);
+  const at::Tensor last = Mm(Rows(x, 4, 8), w);
+  Add(first, last);
+  std::printf("read 2 parts of unwritten memory\n");
+  return 0;
+}
+
 std::vector<at::Tensor> g_logged;  // Dropped(kept): the softmaxes, kept
 
 // Under the stand-in library: lets its drain thread deliver all but
@@ -925,7 +958,8 @@ int main(int argc, char** argv) {
   if (what == "loaded-parameter") {
     return LoadedParameter(argc > 2 && std::string(argv[2]) == "unread");
   }
+  if (what == "unwritten") return Unwritten();
   if (what == "loop") return Loop(argc > 2 ? std::atol(argv[2]) : 1000);
-  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | load-checkpoint [gpu [named]] | loaded-state [unread] | loaded-parameter [unread] | loop N\n");
+  std::fprintf(stderr, "usage: host_gpu_ops overflow [STEP STEPS [named-steps]] | capture | devices | in-place | released | casts-and-fills | async-copy | mask-constants | scaled-gradients [forward] | own-loss-scaler [accumulate|captured] | given-up [first] | dropped [kept] | spectral | batch-norm | load-checkpoint [gpu [named]] | loaded-state [unread] | loaded-parameter [unread] | unwritten | loop N\n");
   return 2;
 }

@@ -21,6 +21,10 @@ PROGRAM = BUILD / "tests" / "host_gpu_ops"
 # libnanhunt_cuda.so next to itself (made by the build, tests/CMakeLists.txt).
 STAND_IN_PRELOAD = BUILD / "host-gpu" / "lib" / "libnanhunt.so"
 GPU_OPS_A_STEP = 3  # mm, add, mul
+# host_gpu_ops overflow uploads its fp16 operand where nanhunt does not
+# look, each step, as two storages (the tensor and its transpose): memory
+# no op nanhunt saw wrote, checked where the mm and the add first read it.
+FIRST_READS_A_STEP = 2
 
 
 def run_gpu_ops(args, out, library, **settings):
@@ -65,7 +69,8 @@ def test_first_origin_is_named_from_results_that_arrive_late(out):
     assert first["dtype"] == "float16"
     # Every GPU output went through the GPU path, and none was left out.
     m = meta(out)
-    assert int(m["device_checks"]) == 6 * GPU_OPS_A_STEP
+    assert int(m["inputs_checked_at_first_read"]) == 6 * FIRST_READS_A_STEP
+    assert int(m["device_checks"]) == 6 * (GPU_OPS_A_STEP + FIRST_READS_A_STEP)
     assert report["unchecked_ops"] == []
     # The add and mul after it only passed the inf on.
     later = [f for f in findings(out) if f["step"] == 3 and f["op"] != "aten::mm"]
@@ -140,17 +145,19 @@ def test_checks_held_back_are_enqueued_at_each_optimizer_steps_end(out):
     first = view_json(out)["first_origin"]
     assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "forward", 3), first
     m = meta(out)
-    assert int(m["device_checks"]) == 6 * GPU_OPS_A_STEP
+    assert int(m["device_checks"]) == 6 * (GPU_OPS_A_STEP + FIRST_READS_A_STEP)
     assert int(m["device_check_batches"]) == 6
 
 
 def test_ops_on_two_gpus_and_a_side_stream_are_checked_where_they_ran(out, tmp_path):
     # cuda:0's mm on its default stream, an add on a side stream of cuda:0,
     # cuda:1's mul (the overflow): each check on its op's device and
-    # stream, the origin cuda:1's mul.
+    # stream, the origin cuda:1's mul. Each GPU's operand, made where
+    # nanhunt does not look, is checked with its first reader's outputs
+    # (cuda:1's apart from the mul's strided output).
     calls = run_logged(["devices"], out, tmp_path)
     assert view_json(out)["first_origin"]["op"] == "aten::mul"
-    assert calls == ["enqueue 0 0 1", "enqueue 0 5 1", "enqueue 1 0 1"]
+    assert calls == ["enqueue 0 0 2", "enqueue 0 5 1", "enqueue 1 0 1", "enqueue 1 0 1"]
 
 
 def test_held_checks_go_on_their_own_stream_and_the_next_stream_waits(out, tmp_path):
@@ -161,8 +168,8 @@ def test_held_checks_go_on_their_own_stream_and_the_next_stream_waits(out, tmp_p
     calls = run_logged(["devices"], out, tmp_path, NANHUNT_GPU_BATCH="32")
     assert view_json(out)["first_origin"]["op"] == "aten::mul"
     assert calls == [
-        "enqueue 0 0 1", "order_after 0 0 5", "enqueue 0 5 1", "order_after 0 5 0",
-        "enqueue 1 0 1"]
+        "enqueue 0 0 2", "order_after 0 0 5", "enqueue 0 5 1", "order_after 0 5 0",
+        "enqueue 1 0 2"]
 
 
 @pytest.mark.parametrize("batch", ["1", "32"])
@@ -170,10 +177,13 @@ def test_an_output_overflowed_in_place_later_is_blamed_on_the_in_place_op(out, t
     # y = a * a is finite; y.mul_(40000) overflows it. Held back for a
     # batch, y's check must be enqueued before the mul_ writes (the
     # stand-in, like the kernel, reads the memory when enqueued): else it
-    # would read the inf and the origin would be the mul.
+    # would read the inf and the origin would be the mul. (a, made where
+    # nanhunt does not look, is checked at the mul's read: op by op, apart
+    # from the mul's strided output.)
     calls = run_logged(["in-place"], out, tmp_path, NANHUNT_GPU_BATCH=batch)
     assert view_json(out)["first_origin"]["op"] == "aten::mul_"
-    assert calls == ["enqueue 0 0 1", "enqueue 0 0 1"]
+    assert calls == (["enqueue 0 0 1"] * 3 if batch == "1" else
+                     ["enqueue 0 0 2", "enqueue 0 0 1"])
 
 
 @pytest.mark.parametrize("batch", ["1", "32"])
@@ -192,9 +202,12 @@ def test_casts_and_fills_are_checked_once_by_the_op_that_returns_them(out, tmp_p
     first = view_json(out)["first_origin"]
     assert first["inputs"].startswith("#0 Float[8, 8] on the GPU"), first["inputs"]
     # Batches: the zero_ overwrites the cast's held result, and the add_
-    # the zero_'s: each sends what is held first.
-    assert calls == (["enqueue 0 0 1"] * 5 if batch == "1" else
-                     ["enqueue 0 0 2", "enqueue 0 0 1", "enqueue 0 0 2"])
+    # the zero_'s: each sends what is held first. The two operands made
+    # where nanhunt does not look (the fp32 add's, the add_'s) are checked
+    # with their first reader's outputs.
+    assert calls == (["enqueue 0 0 2", "enqueue 0 0 1", "enqueue 0 0 1", "enqueue 0 0 2",
+                      "enqueue 0 0 1"] if batch == "1" else
+                     ["enqueue 0 0 3", "enqueue 0 0 1", "enqueue 0 0 3"])
     (trace,) = sorted(out.glob("*.sqlite"))
     rows = sqlite3.connect(trace).execute(
         "SELECT op, elements, posinf FROM op_stats ORDER BY op").fetchall()
@@ -382,10 +395,12 @@ def test_a_gpu_steps_inf_nan_dropped_within_it_are_judged_once_its_results_are_i
         assert d["title"] == ("Not an fp16 overflow: aten::_softmax made inf/NaN from finite "
                               "inputs at step 0"), d
         assert dropped_steps(out) == []
-    # Step 0 was judged when its results came in, in step 2; from then on,
-    # a step that updated having made NaN, each optimizer step's end waits
-    # for the results (steps 2 and 3), and its verdict is given there.
-    assert calls.count("drain") == (0 if lag == "100000" else 2), calls
+    # A step makes 4 results (its scores, made where nanhunt does not look,
+    # checked at the masked_fill's read, and 3 outputs). Step 0 was judged
+    # when its results came in, in step 1; from then on, a step that
+    # updated having made NaN, each optimizer step's end waits for the
+    # results (steps 1 to 3), and its verdict is given there.
+    assert calls.count("drain") == (0 if lag == "100000" else 3), calls
 
 
 def test_gpu_ops_leave_the_program_bit_identical(out):
@@ -401,7 +416,7 @@ def test_checks_held_back_for_batches_find_the_same_origin(out):
     first = view_json(out)["first_origin"]
     assert (first["op"], first["phase"], first["step"]) == ("aten::mm", "forward", 3), first
     m = meta(out)
-    assert int(m["device_checks"]) == 6 * GPU_OPS_A_STEP
+    assert int(m["device_checks"]) == 6 * (GPU_OPS_A_STEP + FIRST_READS_A_STEP)
     assert 0 < int(m["device_check_batches"]) < 6 * GPU_OPS_A_STEP
 
 
@@ -411,7 +426,8 @@ def test_ops_on_a_capturing_stream_are_named_unchecked(out):
     report = view_json(out)
     unchecked = {(u["op"], u["reason"]): u["outputs"] for u in report["unchecked_ops"]}
     assert unchecked == {("aten::mm", "graph_capture"): 1, ("aten::add", "graph_capture"): 1}
-    assert int(meta(out)["device_checks"]) == 2  # before and after the capture
+    # Before and after the capture, and the operand's first read before it.
+    assert int(meta(out)["device_checks"]) == 3
     assert any("captured into CUDA graphs" in p and "aten::mm" in p for p in report["problems"])
 
 
@@ -470,9 +486,9 @@ def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into
     # the GPU parameter reads the host tensor at enqueue, and names it by
     # the parameter it writes (no Python here: "parameter"). It was "came
     # in with the data". Loaded straight onto the GPU (torch.load copies
-    # the bytes as uint8), the copy_'s source was never read: a copy that
-    # keeps the dtype makes no NaN, so its source held it (it was the
-    # copy_'s origin, "not an fp16 overflow"). `named`: the parameter's
+    # the bytes as uint8), the copy_'s source was once never read (the
+    # copy_ was its origin, "not an fp16 overflow"); then inferred to hold
+    # what the copy made; now read at its first read. `named`: the parameter's
     # name told to nanhunt around the copy, as step_guard.py's
     # load_state_dict wrapper does, is the one it is called by.
     r = run_gpu_ops(["load-checkpoint", *(["gpu"] if loaded == "gpu" else ["host"]),
@@ -485,15 +501,17 @@ def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into
     assert f"#1 Half[4, 8] (copied into {into}) max|x|=0.25 nan=1" in first["inputs"], first
     assert f"input of aten::copy_ (forward) at step 0, copied into {into} — " in r.stderr, \
         r.stderr
-    if loaded == "gpu":
-        assert "nan=1 on the GPU, not read, but held them" in first["inputs"], first
+    # Loaded straight onto the GPU, the source is memory no op nanhunt saw
+    # write values (torch.load copies its bytes as uint8): checked where the
+    # copy_ first reads it, so its NaN is counted, not inferred.
+    assert meta(out).get("inputs_checked_at_first_read") == ("1" if loaded == "gpu" else None)
     assert [f["kind"] for f in findings(out) if f["kind"] != "propagated"] == ["input"]
     d = j["diagnosis"]
     assert d["title"] == "The model's parameters were loaded with NaN; the data is not to blame", d
 
 
 @pytest.mark.parametrize("read", [True, False], ids=["read", "unread"])
-@pytest.mark.parametrize("mode,op,phase,named,then,title,counted", [
+@pytest.mark.parametrize("mode,op,phase,named,then,title,counted,unread_kind", [
     # A resumed Adam's exp_avg_sq, loaded straight onto the GPU with an
     # inf: optimizer.load_state_dict keeps it as it is, and the update's
     # mul_ is its first reader. The step guard reads the state before the
@@ -501,7 +519,7 @@ def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into
     ("loaded-state", "aten::mul_", "optimizer",
      "#0 Float[4, 4] (Adam state exp_avg_sq of a parameter) max|x|=inf +inf=1",
      "aten::addcmul_", "The optimizer's state brought inf, not the data",
-     "loaded_optimizer_state_nonfinite"),
+     "loaded_optimizer_state_nonfinite", "origin"),
     # model.load_state_dict(..., assign=True): the parameter is the loaded
     # tensor itself, with a NaN, and the first forward pass's mm its first
     # reader ("Forward overflow" when unread). The step guard's
@@ -509,21 +527,25 @@ def test_a_checkpoint_loaded_with_nan_is_named_by_the_gpu_parameter_it_went_into
     ("loaded-parameter", "aten::mm", "forward",
      "#1 Half[8, 4] (parameter 0.weight) max|x|=0.25 nan=1",
      "aten::relu", "The model's parameters brought NaN, not the data",
-     "loaded_model_tensors_nonfinite"),
+     "loaded_model_tensors_nonfinite", "input"),
 ], ids=["optimizer-state", "assigned-parameter"])
 def test_a_tensor_loaded_with_inf_or_nan_onto_the_gpu_is_an_input_not_its_readers_origin(
-        out, read, mode, op, phase, named, then, title, counted):
+        out, read, mode, op, phase, named, then, title, counted, unread_kind):
     # No op of this run wrote it (torch.load copies a GPU checkpoint's
     # bytes as uint8), and its first reader's check reads what that op
     # wrote, not what it read: the reader was called its origin. Told to
     # nanhunt (here, as step_guard.py would), it is an input, named, and
-    # the op after passes it on. Unread, it is the old verdict.
+    # the op after passes it on. Unread: the mm's first read of the
+    # parameter is checked (an input, unnamed); Adam's mul_ writes the
+    # state it reads, which no check after it can read as it was (origin).
     r = run_gpu_ops([mode, *([] if read else ["unread"])], out, STAND_IN_PRELOAD)
     assert r.returncode == 0, r.stderr
     j = view_json(out)
     first = j["first_origin"]
     if not read:
-        assert (first["kind"], first["op"], first["phase"]) == ("origin", op, phase), first
+        assert (first["kind"], first["op"], first["phase"]) == (unread_kind, op, phase), first
+        if unread_kind == "input":
+            assert named.replace(" (parameter 0.weight)", "") in first["inputs"], first
         assert counted not in meta(out)
         return
     assert (first["kind"], first["op"], first["phase"], first["step"]) == (
@@ -536,3 +558,33 @@ def test_a_tensor_loaded_with_inf_or_nan_onto_the_gpu_is_an_input_not_its_reader
     assert j["diagnosis"]["title"] == title, j
     loaded = {k: v for k, v in meta(out).items() if k.startswith("loaded_")}
     assert loaded == {counted: "1"}, loaded
+
+
+@pytest.mark.parametrize("mode", ["check", "sample"])
+def test_gpu_memory_no_op_wrote_is_checked_where_an_op_first_reads_it(out, tmp_path, mode):
+    # fp16 memory no op nanhunt saw wrote (a CUDA extension's kernel, a
+    # DLPack import, a torch.compile region, torch.load's bytes), with an
+    # inf in row 6. One mm reads rows 0-3, another rows 4-7; each read of a
+    # part is checked, and the weight, read whole, once. The inf is the
+    # second mm's input: the first finding, its stderr line and the
+    # diagnosis blame what came in, and the add after it passes it on.
+    # Sample mode checks no first reads (an op it did not sample may have
+    # written the memory): there, as before, the mm is its origin.
+    calls = run_logged(["unwritten"], out, tmp_path, NANHUNT_MODE=mode,
+                       **({"NANHUNT_SAMPLE_OPS": "1"} if mode == "sample" else {}))
+    j = view_json(out)
+    first = j["first_origin"]
+    if mode == "sample":
+        assert (first["kind"], first["op"]) == ("origin", "aten::mm"), first
+        assert "inputs_checked_at_first_read" not in meta(out)
+        return
+    assert (first["kind"], first["op"], first["call_index"]) == ("input", "aten::mm", 2), first
+    assert first["inputs"].startswith("#0 Half[4, 4] max|x|=inf +inf=1; #1 Half[4, 4] on the GPU"), \
+        first
+    assert [(f["op"], f["kind"]) for f in findings(out)] == [
+        ("aten::mm", "input"), ("aten::add", "propagated")]
+    assert j["diagnosis"]["title"] == "Non-finite values came in with the data, not from an op", j
+    assert int(meta(out)["inputs_checked_at_first_read"]) == 3
+    # Checked beside their reader's output: the first mm's two operands and
+    # output in one launch, the second's rows and output in another.
+    assert calls == ["enqueue 0 0 3", "enqueue 0 0 2", "enqueue 0 0 1"]

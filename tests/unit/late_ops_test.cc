@@ -171,6 +171,35 @@ TEST_F(LateOpsTest, AGpuInputIsDescribedByWhatItsWritersCheckFoundNotAsAMaxOfZer
             "inf or NaN)");
 }
 
+TEST_F(LateOpsTest, AnInputCheckedAtItsFirstReadIsJudgedByWhatItsCheckFound) {
+  // Memory no op wrote, read first by this mm: its check comes with the
+  // mm's, and the mm's verdict waits for both. Its inf is the mm's input.
+  auto mm = Op(1, "aten::mm", 1, /*in=*/0);
+  mm->inputs[0].sizes = {4, 4};
+  mm->inputs[0].checked_at_first_read = true;
+  mm->inputs[0].format = Format::kF16;
+  mm->pending = 3;  // its output, its input, and the enqueuing thread's hold
+  EXPECT_FALSE(late_.OnResult(mm.get(), 0, Counts(4)).has_value());
+  EXPECT_FALSE(late_.OnInputResult(mm.get(), 0, Counts(1)).has_value());
+  EXPECT_EQ(late_.OnResult(mm.get(), -1, CheckCounts{}), Verdict::kInput);
+  EXPECT_EQ(monitor_.first_origin()->inputs, "#0 float16[4, 4] max|x|=inf +inf=1");
+}
+
+TEST_F(LateOpsTest, AFirstReadWhoseCheckCountedNothingIsTakenAsBefore) {
+  // Its memory went before its held check was enqueued: nothing counted,
+  // and the input is judged by its writers, as an input never read.
+  auto mm = Op(1, "aten::mm", 1, /*in=*/0);
+  mm->inputs[0].sizes = {4, 4};
+  mm->inputs[0].checked_at_first_read = true;
+  mm->inputs[0].format = Format::kF16;
+  mm->pending = 2;
+  EXPECT_FALSE(late_.OnInputResult(mm.get(), 0, CheckCounts{}).has_value());
+  EXPECT_EQ(late_.OnResult(mm.get(), 0, Counts(4)), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.first_origin()->inputs,
+            "#0 float16[4, 4] on the GPU, taken as finite (no check of what wrote it found "
+            "inf or NaN)");
+}
+
 TEST_F(LateOpsTest, AnEnclosingOpOfANestedOriginIsNotASecondOrigin) {
   EXPECT_EQ(late_.OnResult(Op(11, "aten::bmm", 2, -1, /*parent=*/10).get(), 0, Counts(1)),
             Verdict::kOrigin);
