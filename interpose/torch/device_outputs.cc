@@ -53,11 +53,11 @@ bool IsCheckableOnDevice(const at::Tensor& t) {
          t.has_storage() && FormatOfValues(t.scalar_type()) && !WithoutOwnMemory(t);
 }
 
+std::atomic<int64_t> g_first_reads{0};  // checks of inputs at their first read
+
 // GPU memory whose values nanhunt knows (core/written_memory.h): what ops
 // it saw wrote, and what it checked at a first read. Leaked, as the
 // late results are: the drain thread may outlive static destructors.
-std::atomic<int64_t> g_first_reads{0};  // checks of inputs at their first read
-
 WrittenMemory& Written() {
   static WrittenMemory* const written = new WrittenMemory(&StorageAlive);
   return *written;
@@ -411,7 +411,9 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     if (check.enqueued) continue;  // held ones were taken: enqueued with their batch
     const int index = check.result->index;
     if (check.result->kind == ResultContext::Kind::kLateInput) {
-      // Not read after all (a capture): judged as before, by its writers.
+      // Not read after all (a capture): judged by its writers, as an
+      // input never read. Its memory was noted known all the same, so
+      // later reads of it are not checked either.
       op->inputs[index].checked_at_first_read = false;
     } else {
       // Not checked, and said so: never read as finite.
