@@ -3,10 +3,10 @@
 // On a GPU an op's check reads what the op wrote, not what it read: its
 // inputs are judged by their writers' checks. Memory that no op nanhunt saw
 // wrote (a CUDA extension's kernel writing into torch.empty's memory, an
-// array imported with DLPack, a torch.compile region's fused kernels, a CUDA
-// graph's replay) has no writer's check, and an op reading inf/NaN from it
-// would be called their origin. The plugin checks such memory where an op
-// first reads it (interpose/torch/device_outputs.cc).
+// array imported with DLPack, a torch.compile region's fused kernels) has no
+// writer's check, and an op reading inf/NaN from it would be called their
+// origin. The plugin checks such memory where an op first reads it
+// (interpose/torch/device_outputs.cc).
 //
 // Memory is known by its address and by the storage that owns it (the
 // caching allocator hands a freed block's address to the next storage, and
