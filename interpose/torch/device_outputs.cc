@@ -391,14 +391,14 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   std::vector<OutputCheck> checks;
   checks.reserve(n_checks);
   for (size_t k = 0; k < n_checks; ++k) {
+    // The outputs first, then the inputs read here first.
     const bool output = k < device_outputs.size();
-    const at::Tensor& tensor =
-        output ? *device_outputs[k].tensor : *first_reads[k - device_outputs.size()].tensor;
+    const InputRead* read = output ? nullptr : &first_reads[k - device_outputs.size()];
+    const at::Tensor& tensor = output ? *device_outputs[k].tensor : *read->tensor;
     ResultContext& context = op->result_contexts[k];
     context.op = op;
     context.kind = output ? ResultContext::Kind::kLateOutput : ResultContext::Kind::kLateInput;
-    context.index =
-        output ? device_outputs[k].index : first_reads[k - device_outputs.size()].index;
+    context.index = output ? device_outputs[k].index : read->index;
     OutputCheck check;
     check.tensor = tensor;
     check.described = Describe(tensor, output ? op->outputs[context.index].format
@@ -415,6 +415,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
       // input never read. Its memory was noted known all the same, so
       // later reads of it are not checked either.
       op->inputs[index].checked_at_first_read = false;
+      g_first_reads.fetch_sub(1, std::memory_order_relaxed);
     } else {
       // Not checked, and said so: never read as finite.
       CountNotEnqueued(OwnerOf(*op), check.error);

@@ -566,8 +566,8 @@ def test_gpu_memory_no_op_wrote_is_checked_where_an_op_first_reads_it(out, tmp_p
     # DLPack import, a torch.compile region, torch.load's bytes), with an
     # inf in row 6. One mm reads rows 0-3, another rows 4-7; each read of a
     # part is checked, and the weight, read whole, once. The inf is the
-    # second mm's input: the first finding, its stderr line and the
-    # diagnosis blame what came in, and the add after it passes it on.
+    # second mm's input: the first finding and the diagnosis blame what
+    # came in, and the add after it passes it on.
     # Sample mode checks no first reads (an op it did not sample may have
     # written the memory): there, as before, the mm is its origin.
     calls = run_logged(["unwritten"], out, tmp_path, NANHUNT_MODE=mode,
