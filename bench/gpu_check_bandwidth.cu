@@ -145,6 +145,20 @@ int main() {
     cudaStreamCaptureStatus c;
     cudaStreamIsCapturing(stream, &c);
   });
+  // The enqueue without the ring (device scope, capture query, launch,
+  // event), and the check kernel's launch alone: with the figures above they
+  // split the enqueue into the launch, the CUDA calls around it, and the
+  // ring with its drain thread (whose event queries take the driver's locks
+  // while the enqueuing thread launches).
+  int next_slot = 0;
+  const double device_enqueue_us = per_call_us(512, [&] {
+    checks->Enqueue(next_slot, small, limits, stream, &error);
+    next_slot = (next_slot + 1) % 1024;
+  });
+  cudaStreamSynchronize(stream);
+  const double check_launch_us = per_call_us(512, [&] {
+    gpu::LaunchCheck(Format::kF16, small.data, small.count, limits, result, stream);
+  });
   cudaStreamSynchronize(stream);
   std::printf("device: %s\n", prop.name);
   std::printf("%-44s %10s\n", "measure", "value");
@@ -158,6 +172,8 @@ int main() {
   std::printf("%-44s %9.2f  (target <= 3)\n", "enqueue one check (ring + kernel), us", enqueue_us);
   std::printf("%-44s %9.2f\n", "  per tensor, batches of 32, us", batch_us);
   std::printf("%-44s %9.2f\n", "  per tensor, 32 of fp16+fp32 (GPU_BATCH), us", mixed_us);
+  std::printf("%-44s %9.2f\n", "  the same without the ring, us", device_enqueue_us);
+  std::printf("%-44s %9.2f\n", "  of which: check kernel launch, us", check_launch_us);
   std::printf("%-44s %9.2f\n", "  of which: empty kernel launch, us", launch_us);
   std::printf("%-44s %9.2f\n", "  of which: cudaEventRecord, us", record_us);
   std::printf("%-44s %9.2f\n", "  of which: cudaStreamIsCapturing, us", capturing_us);
