@@ -560,7 +560,7 @@ def test_a_tensor_loaded_with_inf_or_nan_onto_the_gpu_is_an_input_not_its_reader
     assert loaded == {counted: "1"}, loaded
 
 
-@pytest.mark.parametrize("mode", ["check", "sample"])
+@pytest.mark.parametrize("mode", ["check", "sample", "batch"])
 def test_gpu_memory_no_op_wrote_is_checked_where_an_op_first_reads_it(out, tmp_path, mode):
     # fp16 memory no op nanhunt saw wrote (a CUDA extension's kernel, a
     # DLPack import, a torch.compile region, torch.load's bytes), with an
@@ -570,8 +570,11 @@ def test_gpu_memory_no_op_wrote_is_checked_where_an_op_first_reads_it(out, tmp_p
     # came in, and the add after it passes it on.
     # Sample mode checks no first reads (an op it did not sample may have
     # written the memory): there, as before, the mm is its origin.
-    calls = run_logged(["unwritten"], out, tmp_path, NANHUNT_MODE=mode,
-                       **({"NANHUNT_SAMPLE_OPS": "1"} if mode == "sample" else {}))
+    # With NANHUNT_GPU_BATCH the first reads are held with the outputs and
+    # judged the same.
+    settings = {"sample": {"NANHUNT_MODE": "sample", "NANHUNT_SAMPLE_OPS": "1"},
+                "batch": {"NANHUNT_GPU_BATCH": "32"}}.get(mode, {})
+    calls = run_logged(["unwritten"], out, tmp_path, **settings)
     j = view_json(out)
     first = j["first_origin"]
     if mode == "sample":
@@ -585,6 +588,10 @@ def test_gpu_memory_no_op_wrote_is_checked_where_an_op_first_reads_it(out, tmp_p
         ("aten::mm", "input"), ("aten::add", "propagated")]
     assert j["diagnosis"]["title"] == "Non-finite values came in with the data, not from an op", j
     assert int(meta(out)["inputs_checked_at_first_read"]) == 3
+    if mode == "batch":
+        # Held with the outputs: all six checks in the batch the exit enqueues.
+        assert calls == ["enqueue 0 0 6"], calls
+        return
     # Checked beside their reader's output: the first mm's two operands and
     # output in one launch, the second's rows and output in another.
     assert calls == ["enqueue 0 0 3", "enqueue 0 0 2", "enqueue 0 0 1"]
