@@ -55,6 +55,26 @@ bool CastsPythonNumber(const OpEvent& e, const std::vector<InputFacts>& inputs) 
   return any;
 }
 
+// `e` casts a number the program wrote to one finite value near the limit
+// (`loss * 2**24`, `h * 30000.0`: torch wraps the Python float into a
+// one-value tensor and casts it to the other operand's dtype). The literal
+// is in the program's source, large on purpose; what it makes is judged
+// where it is used (the mul's output). Asked only of one-value copies near
+// the limit, which reads their inputs.
+bool CastsFinitePythonNumber(const OpEvent& e, OpContext& context) {
+  if (!CopiesValues(e.op) || e.outputs.empty()) return false;
+  for (const TensorFacts& t : e.outputs) {
+    if (t.counts.elements != 1 || AnyNonFinite(t.counts)) return false;
+  }
+  bool any = false;
+  for (const InputFacts& in : context.Inputs()) {
+    if (!in.checked) continue;
+    if (!in.python_number) return false;
+    any = true;
+  }
+  return any;
+}
+
 // Whole-op totals over all outputs; the format of the first output that was
 // not finite (else of the first output) names the op's dtype.
 CheckCounts Total(absl::Span<const TensorFacts> outputs, Format& format) {
@@ -337,7 +357,10 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
   const bool mask_constants = !e.loss_scaling && CarriesMasks(e.op) &&
                               AnyFiniteNearMax(e.outputs) &&
                               context.InputsHoldMasks(e.op);
-  if (e.loss_scaling || mask_constants) {
+  // A literal of the program cast near the limit: the same, and no mask.
+  const bool literal = !e.loss_scaling && !mask_constants && AnyFiniteNearMax(e.outputs) &&
+                       CastsFinitePythonNumber(e, context);
+  if (e.loss_scaling || mask_constants || literal) {
     without_magnitudes = WithoutMagnitudes(e.outputs);
     e.outputs = without_magnitudes;
   }

@@ -146,13 +146,13 @@ Diagnosis UncheckedMaker(const RunSummary& s, const FindingRow& f) {
       "step ", f.step, ": ", f.op, " (", f.phase, ") was given inf/NaN that no checked op had "
       "produced", f.source.empty() ? "" : ", at " + f.source);
   for (const RunSummary::Escalation& e : s.escalations) {
-    if (!e.found || e.found->kind != "origin" || e.found->step < f.step) continue;
+    if (!e.origin || e.origin->step < f.step) continue;
     RunSummary caught = s;
-    caught.first_origin = e.found;
+    caught.first_origin = e.origin;
     Diagnosis d = DiagnoseRun(caught);
     d.evidence.push_back(absl::StrCat(
         "sample mode saw inf/NaN first at ", seen, "; the op that made them went unchecked, "
-        "and the escalation to every op caught this origin at step ", e.found->step));
+        "and the escalation to every op caught this origin at step ", e.origin->step));
     return d;
   }
   Diagnosis d;

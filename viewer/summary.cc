@@ -171,6 +171,14 @@ std::optional<FindingRow> FoundInWindow(const std::vector<FindingRow>& findings,
   return std::nullopt;
 }
 
+std::optional<FindingRow> OriginInWindow(const std::vector<FindingRow>& findings,
+                                         const EscalationRow& e) {
+  for (const FindingRow& f : findings) {
+    if (f.step >= e.step && f.step <= e.until_step && f.kind == "origin") return f;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string StepRanges(const std::vector<int64_t>& steps) {
@@ -393,7 +401,8 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     }
     if (s.escalations.empty()) {
       for (const EscalationRow& e : t.escalations) {
-        s.escalations.push_back({e, FoundInWindow(t.findings, e)});
+        s.escalations.push_back(
+            {e, FoundInWindow(t.findings, e), OriginInWindow(t.findings, e)});
       }
     }
     for (const UncheckedRow& u : t.unchecked) {

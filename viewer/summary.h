@@ -96,6 +96,11 @@ struct RunSummary {
   struct Escalation {
     EscalationRow row;
     std::optional<FindingRow> found;
+    // Its window's first origin: `found` itself, or one after the input
+    // it found first (an escalation that began within the step whose
+    // unchecked op made inf/NaN sees them as an input, then the origin
+    // when the overflow recurs).
+    std::optional<FindingRow> origin;
   };
   std::vector<Escalation> escalations;  // of the first trace that has any
   // Outputs no check read, per op, phase and reason, over all traces (most

@@ -86,6 +86,33 @@ def test_checking_for_inf_with_isfinite_is_not_a_finding(out, tmp_path):
     assert "mask" not in run([NANHUNT, "view", out]).stdout
 
 
+def test_a_large_number_the_program_writes_is_no_warning(out, tmp_path):
+    # `h * 30000.0` and a loss scaled by hand with `* 2.0**24`: torch wraps
+    # each Python float into a one-value tensor and casts it to the other
+    # operand's dtype (_to_copy inside the mul). The literal is the
+    # program's own, large on purpose: before, its cast was warned about
+    # live ("aten::_to_copy (forward) reached |x|=30000") and listed as
+    # would-overflow at 2**24. What the literal makes is judged at the mul.
+    r = preload_script(
+        tmp_path / "literal_scale.py",
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.nn.Parameter(torch.randn(8, 8) * 0.1)\n"
+        "for step in range(3):\n"
+        "    x = torch.rand(4, 8) * 0.1\n"
+        "    h = torch.ones(4, dtype=torch.half) * 30000.0\n"
+        "    ((x @ w).square().mean() * 2.0**24).backward()\n"
+        "    w.grad = None\n", out)
+    assert "_to_copy" not in r.stderr, r.stderr
+    assert "aten::mul (forward) reached |x|=30000" in r.stderr, r.stderr
+    rows = findings(out)
+    assert [f["op"] for f in rows if f["op"] == "aten::_to_copy"] == [], rows
+    j = view_json(out)
+    casts = [o for o in j["ops"] if o["op"] == "aten::_to_copy" and o["phase"] == "forward"]
+    assert casts and all(o["max_abs"] < 100 for o in casts), casts
+    assert any(o["op"] == "aten::mul" and o["max_abs"] >= 2.0**24 for o in j["ops"]), j["ops"]
+
+
 def test_a_cast_that_overflows_is_shown_beside_the_casts_of_masks(out, tmp_path):
     # A loop that checks its loss with isfinite and masks with a cast of
     # -inf, and whose cast of its fp32 input to fp16 overflows at step 3:

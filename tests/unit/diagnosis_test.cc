@@ -198,13 +198,19 @@ TEST(Diagnosis, InfNanNoCheckedOpMadeInSampleModeNeedNotBeTheData) {
                              0),
             0u)
       << d.fixes[0];
-  // The escalation after it caught the origin when it recurred: that is
-  // the diagnosis, and the evidence says what came first.
+  // An escalation that began within step 2, before its inf/NaN reached a
+  // checked op, found that input first, and nothing after it.
   RunSummary::Escalation escalation;
   escalation.row.step = 2;
   escalation.row.until_step = 22;
-  escalation.found = BackwardOrigin(7);
+  escalation.found = *s.first_origin;
   s.escalations.push_back(escalation);
+  EXPECT_EQ(Diagnose(s).kind, "unchecked_maker");
+  // It caught the origin when the overflow recurred: that is the
+  // diagnosis, and the evidence says what came first (before, only the
+  // escalation's first finding was looked at, the input, and a run whose
+  // program skipped each overflow itself stayed unchecked_maker).
+  s.escalations.back().origin = BackwardOrigin(7);
   s.nonfinite_steps = s.nonfinite_steps_kept = {2, 7};
   d = Diagnose(s);
   EXPECT_EQ(d.kind, "backward_overflow");

@@ -1594,5 +1594,56 @@ TEST_F(TracedMonitorTest, AnOpsMaskCallsAreKeptApartFromTheCallsThatCompute) {
   EXPECT_EQ(s.phases[0].nonfinite_values, 3) << "the overflow's, not the masks'";
 }
 
+// `h * 30000.0`, `loss * 2**24`: torch wraps the Python number into a
+// one-value tensor and casts it to the other operand's dtype. The literal is
+// the program's own, large on purpose: no warning, no finding, not the
+// op's max |x| (what it makes is judged at the mul). The same one-value cast
+// of a value the program computed still warns.
+TEST_F(TracedMonitorTest, ALiteralCastNearTheLimitIsNoWarningAndNotTheOpsMagnitude) {
+  Monitor& m = *monitor_;
+  std::vector<std::string> told;
+  m.set_notify([&](const std::string& line) { told.push_back(line); });
+  FakeContext literal;
+  InputFacts number = Input(false, false);
+  number.dtype = "float64";
+  number.shape = "[]";
+  number.counts.elements = 1;
+  number.python_number = true;
+  literal.inputs = {number};
+  TensorFacts thirty_thousand = Fp16(0, 0x7753);  // 30000
+  thirty_thousand.shape = "[]";
+  thirty_thousand.counts.elements = 1;
+  thirty_thousand.counts.near_max = 1;
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", thirty_thousand), literal), Verdict::kClean);
+  TensorFacts scale;  // 2**24 in fp32
+  scale.format = Format::kF32;
+  scale.shape = "[]";
+  scale.counts.elements = 1;
+  scale.counts.near_max = scale.counts.fp16_overflow = 1;
+  scale.counts.max_abs_bits = 0x4B800000;
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", scale), literal), Verdict::kClean);
+  EXPECT_EQ(m.findings(), 0);
+  EXPECT_TRUE(told.empty()) << told.front();
+  // Not a copy: a one-value op given the literal makes a value of its own.
+  EXPECT_EQ(m.OnOp(OpNamed("aten::mul", thirty_thousand), literal), Verdict::kWarned);
+  // A computed value cast the same way (a loss, item() of a sum).
+  FakeContext computed;
+  InputFacts loss = number;
+  loss.python_number = false;
+  computed.inputs = {loss};
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", thirty_thousand), computed), Verdict::kWarned);
+  EXPECT_EQ(m.findings(), 2);
+  EXPECT_EQ(told.size(), 2u);
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const OpTotals& op : t->ops) {
+    if (op.op != "aten::_to_copy") continue;
+    EXPECT_EQ(op.calls, 3) << "the literals' casts are calls";
+    EXPECT_EQ(op.max_abs, 30000.0) << "the computed value's, not 2**24";
+    EXPECT_EQ(op.near_max, 1);
+  }
+}
+
 }  // namespace
 }  // namespace nanhunt
