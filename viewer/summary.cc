@@ -731,8 +731,15 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
   absl::StrAppend(&out, "  trend: max|x| per quarter of the run against 65504, "
                         "_ low .. # at the limit, ! inf/NaN\n");
   if (!s.mask_ops.empty()) {
-    absl::StrAppend(&out, "  mask: ±inf put there on purpose, never a finding: ",
-                    Fit(absl::StrJoin(s.mask_ops, ", "), w - 52), "\n");
+    // Every op named, wrapped under the line when they do not fit beside
+    // it: a name cut short ("aten::sc~") is no name. The lead is 52
+    // columns (± is one column in two bytes).
+    const std::string ops = absl::StrJoin(s.mask_ops, ", ");
+    constexpr size_t kLead = 52;
+    absl::StrAppend(&out, "  mask: ±inf put there on purpose, never a finding:",
+                    ops.size() + kLead <= w ? " " + ops
+                                            : "\n    " + Wrap(ops, w - 4, "    "),
+                    "\n");
   }
 
   absl::StrAppend(&out, "\n", bold, "BY PHASE", reset, "\n");

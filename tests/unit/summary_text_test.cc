@@ -89,5 +89,27 @@ TEST(SummaryText, ALongOpLabelIsShortenedNotItsPhaseAndDtype) {
   }
 }
 
+// The ops whose calls carried masks are named whole: beside the line when
+// they fit, wrapped under it when not (they were cut to "aten::sc~").
+TEST(SummaryText, TheOpsThatCarriedMasksAreNamedWhole) {
+  RunSummary s;
+  s.steps = 1;
+  s.mask_ops = {"aten::masked_fill"};
+  std::string text = RenderText(s, 100, false);
+  EXPECT_NE(text.find("  mask: ±inf put there on purpose, never a finding: aten::masked_fill\n"),
+            std::string::npos) << text;
+  s.mask_ops = {"aten::masked_fill", "aten::masked_fill_", "aten::scalar_tensor", "aten::sort",
+                "aten::where"};
+  text = RenderText(s, 100, false);
+  EXPECT_NE(text.find("  mask: ±inf put there on purpose, never a finding:\n"
+                      "    aten::masked_fill, aten::masked_fill_, aten::scalar_tensor, aten::sort, "
+                      "aten::where\n"),
+            std::string::npos) << text;
+  text = RenderText(s, 60, false);
+  EXPECT_NE(text.find("    aten::masked_fill, aten::masked_fill_,\n    aten::scalar_tensor, "
+                      "aten::sort, aten::where\n"),
+            std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace nanhunt
