@@ -716,14 +716,24 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
 
   absl::StrAppend(&out, "\n", bold, "OPS CLOSEST TO FP16'S LIMIT", reset,
                   " (65504; fp32 runs show which ops would overflow in fp16)\n");
-  absl::StrAppend(&out, absl::StrFormat("  %-29s %-9s %9s %10s %9s %9s %10s  %s\n",
-                                        "op", "phase", "calls", "max|x|",
+  // The rows fit in 100 columns with a 29-column op name; a wider terminal
+  // gives long names room (aten::_scaled_dot_product_flash_attention_for_cpu)
+  // rather than cutting them.
+  constexpr size_t kShownOps = 12, kOpColumn = 29, kRowWidth = 100;
+  size_t op_column = kOpColumn;
+  for (size_t i = 0; i < s.ops.size() && i < kShownOps; ++i) {
+    op_column = std::max(op_column, s.ops[i].op.size());
+  }
+  op_column = std::min(op_column, kOpColumn + (w > kRowWidth ? w - kRowWidth : 0));
+  const int op_w = static_cast<int>(op_column);
+  absl::StrAppend(&out, absl::StrFormat("  %-*s %-9s %9s %10s %9s %9s %10s  %s\n",
+                                        op_w, "op", "phase", "calls", "max|x|",
                                         "of 65504", "near-max", "non-finite",
                                         "trend"));
-  for (size_t i = 0; i < s.ops.size() && i < 12; ++i) {
+  for (size_t i = 0; i < s.ops.size() && i < kShownOps; ++i) {
     const OpTotals& o = s.ops[i];
-    absl::StrAppend(&out, absl::StrFormat("  %-29s %-9s %9d %10s %9s %9d %10d  %s\n",
-                                          Fit(o.op, 29), o.phase, o.calls,
+    absl::StrAppend(&out, absl::StrFormat("  %-*s %-9s %9d %10s %9s %9d %10d  %s\n",
+                                          op_w, Fit(o.op, op_column), o.phase, o.calls,
                                           o.mask ? "mask" : FormatAbs(o.max_abs),
                                           o.mask ? "-" : OfLimit(o.max_abs),
                                           o.near_max, o.nonfinite(), Trend(o)));

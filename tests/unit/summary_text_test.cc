@@ -111,5 +111,30 @@ TEST(SummaryText, TheOpsThatCarriedMasksAreNamedWhole) {
             std::string::npos) << text;
 }
 
+// The ops table cuts long op names to 29 columns in 100; a wider terminal
+// shows them whole, the other columns moved right by as much.
+TEST(SummaryText, AWiderTerminalShowsLongOpNamesWhole) {
+  RunSummary s;
+  s.steps = 1;
+  OpTotals o;
+  o.op = "aten::_scaled_dot_product_flash_attention_for_cpu";  // 49 columns
+  o.phase = "forward";
+  o.calls = 3;
+  o.max_abs = 2.5;
+  s.ops = {o};
+  std::string text = RenderText(s, 100, false);
+  EXPECT_NE(text.find("  aten::_scaled_dot_product_fl~ forward"), std::string::npos) << text;
+  EXPECT_NE(text.find("  op                            phase"), std::string::npos) << text;
+  text = RenderText(s, 160, false);
+  EXPECT_NE(text.find("  aten::_scaled_dot_product_flash_attention_for_cpu forward"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("  op                                                phase"),
+            std::string::npos) << text;
+  // In between, as much of the name as the width gives.
+  text = RenderText(s, 110, false);
+  EXPECT_NE(text.find("  aten::_scaled_dot_product_flash_attent~ forward"), std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace nanhunt
