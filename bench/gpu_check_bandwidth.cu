@@ -172,7 +172,7 @@ int main() {
   std::printf("%-44s %9.2f  (target <= 3)\n", "enqueue one check (ring + kernel), us", enqueue_us);
   std::printf("%-44s %9.2f\n", "  per tensor, batches of 32, us", batch_us);
   std::printf("%-44s %9.2f\n", "  per tensor, 32 of fp16+fp32 (GPU_BATCH), us", mixed_us);
-  std::printf("%-44s %9.2f\n", "  the same without the ring, us", device_enqueue_us);
+  std::printf("%-44s %9.2f\n", "  one check without the ring, us", device_enqueue_us);
   std::printf("%-44s %9.2f\n", "  of which: check kernel launch, us", check_launch_us);
   std::printf("%-44s %9.2f\n", "  of which: empty kernel launch, us", launch_us);
   std::printf("%-44s %9.2f\n", "  of which: cudaEventRecord, us", record_us);

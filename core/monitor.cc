@@ -38,41 +38,46 @@ bool LocateInBackwardCode(OpContext& context, FindingRow& row) {
 // since it was last reported: a rising trend shows, a steady one does not.
 constexpr double kHeadroomGrowth = 1.25;
 
-// `e` only casts a number the program wrote, wrapped into a one-value
-// tensor by torch: it copies values (a cast), every output is one value,
-// and every non-finite input is such a number.
-bool CastsPythonNumber(const OpEvent& e, const std::vector<InputFacts>& inputs) {
-  if (!CopiesValues(e.op)) return false;
+// `e` copies values (a cast) into outputs of one value each.
+bool CopiesIntoOneValue(const OpEvent& e) {
+  if (!CopiesValues(e.op) || e.outputs.empty()) return false;
   for (const TensorFacts& t : e.outputs) {
     if (t.counts.elements != 1) return false;
   }
+  return true;
+}
+
+// Whether the checked inputs (only the non-finite ones, with
+// `nonfinite_only`) are numbers the program wrote, wrapped into one-value
+// tensors by torch, and there is at least one.
+bool FromPythonNumbers(const std::vector<InputFacts>& inputs, bool nonfinite_only) {
   bool any = false;
   for (const InputFacts& in : inputs) {
-    if (!in.checked || !AnyNonFinite(in.counts)) continue;
+    if (!in.checked || (nonfinite_only && !AnyNonFinite(in.counts))) continue;
     if (!in.python_number) return false;
     any = true;
   }
   return any;
 }
 
+// `e` only casts a number the program wrote to one value: its non-finite
+// inputs are such numbers (the inf of `x != inf`).
+bool CastsPythonNumber(const OpEvent& e, const std::vector<InputFacts>& inputs) {
+  return CopiesIntoOneValue(e) && FromPythonNumbers(inputs, /*nonfinite_only=*/true);
+}
+
 // `e` casts a number the program wrote to one finite value near the limit
 // (`loss * 2**24`, `h * 30000.0`: torch wraps the Python float into a
 // one-value tensor and casts it to the other operand's dtype). The literal
 // is in the program's source, large on purpose; what it makes is judged
-// where it is used (the mul's output). Asked only of one-value copies near
-// the limit, which reads their inputs.
+// where it is used (the mul's output). Asked only of ops near the limit,
+// as it reads their inputs.
 bool CastsFinitePythonNumber(const OpEvent& e, OpContext& context) {
-  if (!CopiesValues(e.op) || e.outputs.empty()) return false;
+  if (!CopiesIntoOneValue(e)) return false;
   for (const TensorFacts& t : e.outputs) {
-    if (t.counts.elements != 1 || AnyNonFinite(t.counts)) return false;
+    if (AnyNonFinite(t.counts)) return false;
   }
-  bool any = false;
-  for (const InputFacts& in : context.Inputs()) {
-    if (!in.checked) continue;
-    if (!in.python_number) return false;
-    any = true;
-  }
-  return any;
+  return FromPythonNumbers(context.Inputs(), /*nonfinite_only=*/false);
 }
 
 // Whole-op totals over all outputs; the format of the first output that was
