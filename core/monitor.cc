@@ -135,6 +135,10 @@ std::string ModelTensorNote(const InputFacts& in) {
 std::string Describe(const std::vector<InputFacts>& inputs) {
   std::vector<std::string> parts;
   for (const auto& in : inputs) {
+    if (!in.values.empty()) {
+      parts.push_back(absl::StrCat("#", in.arg_index, " ", in.values));
+      continue;
+    }
     const bool counted = HeldWhatItCopied(in) || (in.checked && !in.on_device);
     std::string d =
         counted ? DescribeTensor(in.dtype, absl::StrCat(in.shape, ModelTensorNote(in)),

@@ -81,6 +81,10 @@ struct InputFacts {
   // On a GPU, not read: no check of the op that wrote it found anything
   // (or none was made), so it is taken as finite.
   bool assumed_finite = false;
+  // An argument of lengths, shown by its values ("input_lengths=[50, 48]"):
+  // what CTC's loss is +inf for when a target does not fit its input.
+  // Empty for every other argument.
+  std::string values;
   // On a GPU, not read by this op's check: what is known of its values is
   // what the check of the op that wrote it found (the flags above), and
   // no max |x| (described so, not as max|x|=0).

@@ -80,6 +80,15 @@ bool CarriesMasks(absl::string_view op);
 // the computation overflowing.
 bool OverflowsBesideMasks(absl::string_view op);
 
+// Ops that return, beside their result, a workspace their backward reads:
+// CTC's forward variables (log_alpha, the second output of _ctc_loss).
+// They are no values of the model: -inf (log 0) at every lattice position
+// no alignment reaches, in every healthy run, and garbage past each
+// sample's input length (torch allocates them with empty and writes what
+// each sample needs: 1.5e37 and NaN bit patterns come out). The index of
+// that output, or -1. It is not checked, and not counted as unchecked.
+int WorkspaceOutput(absl::string_view op);
+
 // Mask constants: finite stand-ins for -inf that masks are made of. The
 // largest finite value of a float format, torch.finfo(dtype).min or .max
 // (65504, bf16's and fp32's 3.4e38), given to any op (Hugging Face's masks:

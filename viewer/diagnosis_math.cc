@@ -20,6 +20,9 @@ struct Singularity {
   // the function's, whatever the format, even where no fp32 recomputation
   // says so (results checked on a GPU, after the inputs may have changed).
   std::initializer_list<const char*> bounded = {};
+  // What to try when every step dropped them before any weight
+  // (DroppedWithinSteps); the advice for masks when null.
+  const char* when_dropped = nullptr;
 };
 
 const Singularity kSingularities[] = {
@@ -52,6 +55,19 @@ const Singularity kSingularities[] = {
      "keep at least one position of every row unmasked, or mask with a large "
      "negative number (torch.finfo(dtype).min) instead of -inf",
      {"aten::_softmax", "aten::softmax", "aten::_safe_softmax"}},
+    {{"aten::_ctc_loss", "aten::_cudnn_ctc_loss", "aten::ctc_loss"},
+     "CTC's loss is +inf (-log 0) for a target that no alignment fits into its "
+     "input: a target needs a frame for each label and one more between two "
+     "equal labels, and its input_length is shorter (lengths swapped or "
+     "wrong, or the input downsampled below the target)",
+     "check input_lengths and target_lengths of that step's samples (a target "
+     "needs its length plus its repeated labels in frames), or let "
+     "nn.CTCLoss(zero_infinity=True) zero those samples' loss and gradient",
+     {},
+     "nothing harms training: the loss of targets no alignment fits into their "
+     "input was dropped (nn.CTCLoss(zero_infinity=True) zeroes it); those "
+     "samples teach nothing, so check their input_lengths and target_lengths "
+     "(a target needs its length plus its repeated labels in frames)"},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
      "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))",
@@ -182,7 +198,8 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
   d.op = f.op;
   d.title = "Healthy: the inf/NaN made in each step were dropped before any weight";
   d.evidence.push_back(WhatItGave(f));
-  if (const Singularity* singular = SingularityOf(f)) d.evidence.push_back(singular->cause);
+  const Singularity* singular = SingularityOf(f);
+  if (singular != nullptr) d.evidence.push_back(singular->cause);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
   d.evidence.push_back(absl::StrCat(
       "in ", s.nonfinite_steps.size(), " of ", s.steps,
@@ -190,9 +207,11 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
       "them had been freed: they were zeroed or selected away (masked_fill, "
       "where, nan_to_num), and no weight, gradient or buffer held inf/NaN"));
   d.fixes.push_back(
-      "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise "
-      "stops at the first): mask with torch.finfo(dtype).min instead of -inf, "
-      "or keep one position of every row unmasked");
+      singular != nullptr && singular->when_dropped != nullptr
+          ? singular->when_dropped
+          : "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise "
+            "stops at the first): mask with torch.finfo(dtype).min instead of -inf, "
+            "or keep one position of every row unmasked");
   return d;
 }
 

@@ -364,6 +364,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   OpTraits traits;
   traits.generation = generation;
   traits.uninitialised = OutputsAreUninitialised(fn.name());
+  traits.workspace_output = WorkspaceOutput(fn.name());
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
   traits.returns_nested_write = ReturnsNestedWrite(fn.name());
@@ -958,6 +959,38 @@ TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,
       limits_(limits),
       torch_dir_(torch_dir) {}
 
+// "input_lengths=[50, 48, 50]" for an argument named *lengths (CTC's) that
+// is a list of ints or a small integer tensor in host memory; empty for
+// any other (reading a GPU tensor's values would wait for the GPU).
+std::string LengthsArgument(const OpTraits& traits, size_t index, const c10::IValue& v) {
+  constexpr int64_t kMaxShown = 64;
+  if (!traits.handle) return "";
+  const auto& args = traits.handle->schema().arguments();
+  if (index >= args.size() || !absl::EndsWith(args[index].name(), "lengths")) return "";
+  std::vector<int64_t> values;
+  int64_t count = 0;
+  if (v.isIntList()) {
+    const auto list = v.toIntVector();
+    count = static_cast<int64_t>(list.size());
+    values.assign(list.begin(), list.begin() + std::min(count, kMaxShown));
+  } else if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.device().is_cpu() || t.dim() != 1 || t.is_floating_point() ||
+        t.is_complex() || t.scalar_type() == at::kBool || WithoutOwnMemory(t)) {
+      return "";
+    }
+    QuietScope quiet;  // its own ops are no op of the program
+    count = t.numel();
+    const at::Tensor shown = t.narrow(0, 0, std::min(count, kMaxShown)).to(at::kLong).contiguous();
+    const int64_t* data = shown.data_ptr<int64_t>();
+    values.assign(data, data + shown.numel());
+  } else {
+    return "";
+  }
+  return absl::StrCat(args[index].name(), "=[", absl::StrJoin(values, ", "),
+                      count > kMaxShown ? absl::StrCat(", ... (", count, ")") : "", "]");
+}
+
 std::vector<InputFacts> TorchOpContext::Inputs() {
   std::vector<InputFacts> result;
   const at::Tensor* destination = WholeWriteDestination(inputs_, traits_);
@@ -985,6 +1018,14 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
     }
     if (before == nullptr && OverwritesWhole(traits_, i)) {
       continue;  // fill_'s or copy_'s self holds its result now, and none of its past
+    }
+    if (std::string lengths = LengthsArgument(traits_, i, v); !lengths.empty()) {
+      InputFacts f;
+      f.arg_index = static_cast<int>(i);
+      f.dtype = "lengths";
+      f.values = std::move(lengths);
+      result.push_back(std::move(f));
+      continue;
     }
     if (before != nullptr) {
       result.push_back(*before);  // overwritten by the op: its old values

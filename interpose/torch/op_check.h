@@ -34,6 +34,7 @@ struct OpTraits {
   bool view = false;    // returns aliases of its inputs without writing
   bool random = false;  // takes a Generator: recomputing it would draw again
   bool uninitialised = false;  // outputs hold garbage by contract (empty)
+  int workspace_output = -1;   // an output that is no values (_ctc_loss's log_alpha)
   bool copies_values = false;  // outputs are input values (core/op_policy)
   bool fills_with_scalar = false;  // zeros, ones, fill_, full
   bool returns_nested_write = false;  // _to_copy, clone, zeros... (core/op_policy)

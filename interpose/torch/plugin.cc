@@ -552,6 +552,15 @@ std::vector<c10::IValue> WithWrittenNotReturned(const std::vector<c10::IValue>& 
   return outputs;
 }
 
+// `returned` but its output at `index`.
+std::vector<c10::IValue> WithoutOutput(const std::vector<c10::IValue>& returned, int index) {
+  std::vector<c10::IValue> outputs;
+  for (size_t i = 0; i < returned.size(); ++i) {
+    if (static_cast<int>(i) != index) outputs.push_back(returned[i]);
+  }
+  return outputs;
+}
+
 // Whether the op of `frame` is judged by what it returns at its end: an
 // operator that computes (not a record named by a string, as an
 // autograd.Function's apply or a torch.compile region are, with no outputs;
@@ -590,8 +599,10 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // outputs: the parameters and state it updated.
   // One that returns tensors and writes others (batch norm's running
   // statistics) has both for outputs.
+  // A workspace among its outputs (_ctc_loss's log_alpha) is left out.
   const std::vector<c10::IValue> written =
       fn.outputs().empty() ? WrittenArguments(frame.name, frame.inputs, traits)
+      : traits.workspace_output >= 0 ? WithoutOutput(fn.outputs(), traits.workspace_output)
       : traits.written_not_returned.empty()
           ? std::vector<c10::IValue>()
           : WithWrittenNotReturned(fn.outputs(), frame.inputs, traits);

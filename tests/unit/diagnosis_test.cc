@@ -306,6 +306,50 @@ TEST(Diagnosis, ABackwardOpAHookOrCustomBackwardCalledIsNamedWithItsLine) {
   }));
 }
 
+// CTC's loss is +inf for a transcript its input is too short for: not
+// fp16's range, and not a mask; the lengths are what to check, and
+// zero_infinity=True what drops it.
+TEST(Diagnosis, CtcsInfiniteLossPointsAtTheLengthsAndZeroInfinity) {
+  RunSummary s;
+  s.steps = 6;
+  FindingRow f = BackwardOrigin(3);
+  f.op = "aten::_ctc_loss";
+  f.top_op = "aten::ctc_loss";
+  f.phase = "forward";
+  f.forward_op.clear();
+  f.dtype = "float32";
+  f.elements = 4;
+  f.posinf = 1;
+  f.inputs = "#0 float32[20, 4, 6] max|x|=3.02527; #1 Long[4, 8] (not checked); "
+             "#2 input_lengths=[20, 17, 15, 12]; #3 target_lengths=[5, 4, 3, 8]";
+  s.first_origin = f;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {3, 4, 5};
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(std::any_of(d.evidence.begin(), d.evidence.end(), [](const std::string& e) {
+    return absl::StartsWith(e, "CTC's loss is +inf (-log 0) for a target that no alignment fits");
+  })) << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(absl::StrContains(d.evidence.back(), "target_lengths=[5, 4, 3, 8]"))
+      << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "nn.CTCLoss(zero_infinity=True)")) << d.fixes[0];
+
+  // zero_infinity=True: the step dropped it before any weight.
+  s.nonfinite_steps = {3};
+  s.nonfinite_steps_kept.clear();
+  d = Diagnose(s);
+  ASSERT_EQ(d.kind, "healthy");
+  ASSERT_EQ(d.fixes.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "nothing harms training: the loss of targets no "
+                                           "alignment fits into their input was dropped"))
+      << d.fixes[0];
+  // A mask's advice is for masks.
+  s.first_origin->op = "aten::sum";
+  s.first_origin->top_op.clear();
+  d = Diagnose(s);
+  ASSERT_EQ(d.kind, "healthy");
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "torch.finfo(dtype).min")) << d.fixes[0];
+}
+
 TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
   // Adam's exp_avg_sq.addcmul_(grad, grad): gradients of 1.4e21, squared.
   RunSummary s;

@@ -1537,6 +1537,32 @@ TEST_F(TracedMonitorTest, AGpuOriginAfterACompiledRegionKeepsTheRegion) {
   EXPECT_EQ(t->findings[1].compiled_region, "Torch-Compiled Region: 0/0");
 }
 
+// An argument of lengths is written by its values (CTC's input_lengths and
+// target_lengths: what its +inf is about), beside the tensors' facts.
+TEST_F(TracedMonitorTest, AnOriginsLengthsArgumentsAreWrittenByTheirValues) {
+  Monitor& m = *monitor_;
+  FakeContext ctx;
+  InputFacts log_probs = Input(/*nonfinite=*/false, /*produced_by_op=*/false);
+  log_probs.shape = "[20, 4, 6]";
+  InputFacts lengths;
+  lengths.arg_index = 2;
+  lengths.dtype = "lengths";
+  lengths.values = "input_lengths=[20, 17, 15, 12]";
+  ctx.inputs = {log_probs, lengths};
+  TensorFacts loss = Fp16(/*posinf=*/1);
+  loss.format = Format::kF32;
+  OpEvent e;
+  e.op = "aten::_ctc_loss";
+  e.outputs = absl::MakeConstSpan(&loss, 1);
+  EXPECT_EQ(m.OnOp(e, ctx), Verdict::kOrigin);
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 1u);
+  EXPECT_EQ(t->findings[0].inputs,
+            "#0 float16[20, 4, 6] max|x|=0; #2 input_lengths=[20, 17, 15, 12]");
+}
+
 // One op both masks and computes: autocast's casts (_to_copy) next to the
 // cast of an additive mask, and of the inf that `x != inf` compares with
 // (isfinite, isinf, logsumexp). Its mask calls are a row of their own, so

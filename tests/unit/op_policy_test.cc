@@ -82,6 +82,15 @@ TEST(OpPolicy, MovesCastsAndInitialisersSetParametersUpNoForwardPassRuns) {
   }
 }
 
+// CTC's forward variables are a workspace for its backward: log(0) and
+// unwritten memory, no values of the model.
+TEST(OpPolicy, CtcsForwardVariablesAreAWorkspace) {
+  EXPECT_EQ(WorkspaceOutput("aten::_ctc_loss"), 1);
+  EXPECT_EQ(WorkspaceOutput("aten::ctc_loss"), -1) << "returns the loss alone";
+  EXPECT_EQ(WorkspaceOutput("aten::_ctc_loss_backward"), -1);
+  EXPECT_EQ(WorkspaceOutput("aten::native_layer_norm"), -1) << "mean and rstd are values";
+}
+
 // GradScaler's own ops are the update wherever they run (sample mode sees
 // no backward op before them); the scale's multiplication of the loss is
 // an op of the forward pass.
