@@ -131,7 +131,12 @@ bool OverflowsBesideMasks(absl::string_view op) {
   return Named(kOps, op);
 }
 
-int WorkspaceOutput(absl::string_view op) { return op == "aten::_ctc_loss" ? 1 : -1; }
+int WorkspaceOutput(absl::string_view op) {
+  static constexpr absl::string_view kSecondOutput[] = {
+      "aten::_ctc_loss", "aten::_scaled_dot_product_efficient_attention",
+      "aten::_efficient_attention_forward"};
+  return Named(kSecondOutput, op) ? 1 : -1;
+}
 
 bool IsMaskConstant(absl::string_view op, double value) {
   // Exact: each is what torch.finfo gives as a Python float.

@@ -80,13 +80,22 @@ bool CarriesMasks(absl::string_view op);
 // the computation overflowing.
 bool OverflowsBesideMasks(absl::string_view op);
 
-// Ops that return, beside their result, a workspace their backward reads:
-// CTC's forward variables (log_alpha, the second output of _ctc_loss).
-// They are no values of the model: -inf (log 0) at every lattice position
-// no alignment reaches, in every healthy run, and garbage past each
-// sample's input length (torch allocates them with empty and writes what
-// each sample needs: 1.5e37 and NaN bit patterns come out). The index of
-// that output, or -1. It is not checked, and not counted as unchecked.
+// Ops that return, beside their result, a workspace their backward reads,
+// which holds non-finite values or garbage by design:
+// - CTC's forward variables (log_alpha, the second output of _ctc_loss):
+//   -inf (log 0) at every lattice position no alignment reaches, in every
+//   healthy run, and garbage past each sample's input length (torch
+//   allocates them with empty and writes what each sample needs: 1.5e37
+//   and NaN bit patterns come out);
+// - the memory-efficient attention kernel's log-sum-exp (the second output
+//   of _scaled_dot_product_efficient_attention and of the
+//   _efficient_attention_forward inside it, on a GPU): padded to a
+//   multiple of 32 queries with +inf, "to make the backward easier"
+//   (PyTorch's kernel_forward.h), in every step whose sequence length is
+//   not one.
+// They are no values of the model, and what goes wrong in them shows in
+// the result beside them. The index of that output, or -1. It is not
+// checked, and not counted as unchecked.
 int WorkspaceOutput(absl::string_view op);
 
 // Mask constants: finite stand-ins for -inf that masks are made of. The

@@ -481,6 +481,38 @@ PY
 ) | tee "$build"/padded-check.txt || { failed+=("$part_name"); show_log 20 "$build"/padded-dropped.log; }
 fi
 
+if time_left "workspaces on CUDA"; then
+part "outputs that are workspaces on CUDA: CTC's log_alpha, efficient attention's +inf-padded log-sum-exp: healthy"
+on_cuda "$build"/ctc-healthy ctc_training.py healthy &
+on_cuda "$build"/ctc-impossible ctc_training.py impossible &
+on_cuda "$build"/padded-sdpa padded_sdpa_training.py &
+wait
+("$python" - "$build" <<'PY'
+import json, sys
+views = {}
+for name in ("ctc-healthy", "padded-sdpa", "ctc-impossible"):
+    try:
+        views[name] = json.load(open(f"{sys.argv[1]}/{name}.json"))
+    except Exception as e:  # a run that never wrote its trace
+        views[name] = {"error": repr(e)}
+bad = 0
+for name in ("ctc-healthy", "padded-sdpa"):
+    o = views[name].get("first_origin", "?")
+    ok = o is None
+    bad += not ok
+    print(f"{name}, CUDA: first origin {(o or {}).get('op') if o != '?' else '?'}: "
+          f"{'OK' if ok else 'WRONG (a workspace judged as values)'}")
+o = views["ctc-impossible"].get("first_origin") or {}
+ok = (o.get("op"), o.get("step"), o.get("posinf")) == ("aten::_ctc_loss", 3, 1) and \
+    "target_lengths=[5, 4, 3, 8]" in (o.get("inputs") or "")
+bad += not ok
+print(f"ctc-impossible, CUDA: first origin {o.get('op')} step {o.get('step')} +inf={o.get('posinf')} "
+      f"{o.get('inputs')}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if bad else 0)
+PY
+) | tee "$build"/workspace-check.txt || { failed+=("$part_name"); show_log 20 "$build"/padded-sdpa.log; }
+fi
+
 if time_left "evaluation on CUDA"; then
 part "an evaluation on CUDA, training nothing: each forward pass a step, the overflow at batch 5 of 8"
 on_cuda "$build"/evaluation evaluation_only.py no_grad
@@ -635,6 +667,7 @@ echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/nul
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
 grep '^ring,' "$build"/ring-cost.txt 2>/dev/null | sed 's/^/check ring (ns a check, extra, switches): /' || true
 for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
+    workspace-check \
     evaluation-check given-up-check spectral-check batch-norm-check checkpoint-check unwritten-check \
     streams-check graph-check batch-check \
     batch-replay; do

@@ -26,7 +26,7 @@ def test_a_transcript_longer_than_its_audio_is_the_origin_with_its_lengths(out):
     j = view_json(out)
     first = j["first_origin"]
     assert (first["kind"], first["op"], first["step"]) == ("origin", "aten::_ctc_loss", 3), first
-    assert first["source"].endswith("ctc_training.py:42 in <module>"), first["source"]
+    assert first["source"].endswith("ctc_training.py:46 in <module>"), first["source"]
     # Only the loss: +inf for the one sample that cannot be aligned.
     assert (first["elements"], first["posinf"], first["neginf"]) == (4, 1, 0), first
     assert "input_lengths=[20, 17, 15, 12]" in first["inputs"], first["inputs"]

@@ -83,9 +83,14 @@ TEST(OpPolicy, MovesCastsAndInitialisersSetParametersUpNoForwardPassRuns) {
 }
 
 // CTC's forward variables are a workspace for its backward: log(0) and
-// unwritten memory, no values of the model.
-TEST(OpPolicy, CtcsForwardVariablesAreAWorkspace) {
+// unwritten memory, no values of the model; so is the memory-efficient
+// attention's +inf-padded log-sum-exp.
+TEST(OpPolicy, CtcsForwardVariablesAndPaddedLogSumExpsAreWorkspaces) {
   EXPECT_EQ(WorkspaceOutput("aten::_ctc_loss"), 1);
+  EXPECT_EQ(WorkspaceOutput("aten::_scaled_dot_product_efficient_attention"), 1);
+  EXPECT_EQ(WorkspaceOutput("aten::_efficient_attention_forward"), 1);
+  EXPECT_EQ(WorkspaceOutput("aten::_scaled_dot_product_flash_attention_for_cpu"), -1)
+      << "its log-sum-exp is one a query, none padded";
   EXPECT_EQ(WorkspaceOutput("aten::ctc_loss"), -1) << "returns the loss alone";
   EXPECT_EQ(WorkspaceOutput("aten::_ctc_loss_backward"), -1);
   EXPECT_EQ(WorkspaceOutput("aten::native_layer_norm"), -1) << "mean and rstd are values";
