@@ -81,8 +81,9 @@ struct InputFacts {
   // On a GPU, not read: no check of the op that wrote it found anything
   // (or none was made), so it is taken as finite.
   bool assumed_finite = false;
-  // An argument of lengths, shown by its values ("input_lengths=[50, 48]"):
-  // what CTC's loss is +inf for when a target does not fit its input.
+  // An argument shown by what its values say, where they explain a loss's
+  // inf or NaN: CTC's lengths ("input_lengths=[50, 48]"), a target beside
+  // its ignore_index ("target Long[8]: 8 of 8 are ignore_index (-100)").
   // Empty for every other argument.
   std::string values;
   // On a GPU, not read by this op's check: what is known of its values is

@@ -23,6 +23,9 @@ struct Singularity {
   // What to try when every step dropped them before any weight
   // (DroppedWithinSteps); the advice for masks when null.
   const char* when_dropped = nullptr;
+  // The cause is the one of NaN alone: ±inf from these ops is something
+  // else (a loss's +inf at a target masked with -inf is a mask's doing).
+  bool only_nan = false;
 };
 
 const Singularity kSingularities[] = {
@@ -68,6 +71,20 @@ const Singularity kSingularities[] = {
      "input was dropped (nn.CTCLoss(zero_infinity=True) zeroes it); those "
      "samples teach nothing, so check their input_lengths and target_lengths "
      "(a target needs its length plus its repeated labels in frames)"},
+    {{"aten::nll_loss_forward", "aten::nll_loss2d_forward", "aten::nll_loss",
+      "aten::nll_loss_nd", "aten::nll_loss2d", "aten::cross_entropy_loss"},
+     "a mean over no targets is 0/0 = NaN: every target of the batch was "
+     "ignore_index (-100: padding, or a prompt's tokens masked out) or had a "
+     "class weight of 0, so the total weight, nll_loss's second output, is 0",
+     "skip the loss of a batch without a target (if (labels != -100).any()), "
+     "or divide a reduction='sum' loss by max(number of targets, 1); when "
+     "fine-tuning on packed or chunked sequences, drop the chunks that hold "
+     "only prompt tokens",
+     {},
+     "nothing harms training: a batch without a target gave a NaN loss, which "
+     "was dropped; to stop making it, skip the loss of a batch whose every "
+     "target is ignore_index (if (labels != -100).any())",
+     /*only_nan=*/true},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
      "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))",
@@ -76,6 +93,7 @@ const Singularity kSingularities[] = {
 
 const Singularity* SingularityOf(const FindingRow& f) {
   for (const Singularity& s : kSingularities) {
+    if (s.only_nan && (f.nan == 0 || f.posinf != 0 || f.neginf != 0)) continue;
     for (const char* op : s.ops) {
       if (f.op == op || f.top_op == op) return &s;
     }

@@ -959,36 +959,60 @@ TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,
       limits_(limits),
       torch_dir_(torch_dir) {}
 
-// "input_lengths=[50, 48, 50]" for an argument named *lengths (CTC's) that
-// is a list of ints or a small integer tensor in host memory; empty for
-// any other (reading a GPU tensor's values would wait for the GPU).
-std::string LengthsArgument(const OpTraits& traits, size_t index, const c10::IValue& v) {
-  constexpr int64_t kMaxShown = 64;
-  if (!traits.handle) return "";
-  const auto& args = traits.handle->schema().arguments();
-  if (index >= args.size() || !absl::EndsWith(args[index].name(), "lengths")) return "";
-  std::vector<int64_t> values;
-  int64_t count = 0;
+// An integer tensor in host memory, as int64 values (its first `at_most`);
+// empty for any other (reading a GPU tensor's values would wait for the
+// GPU). `count` is how many it holds.
+std::vector<int64_t> HostIntegers(const c10::IValue& v, int64_t at_most, int64_t& count) {
   if (v.isIntList()) {
     const auto list = v.toIntVector();
     count = static_cast<int64_t>(list.size());
-    values.assign(list.begin(), list.begin() + std::min(count, kMaxShown));
-  } else if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined() || !t.device().is_cpu() || t.dim() != 1 || t.is_floating_point() ||
-        t.is_complex() || t.scalar_type() == at::kBool || WithoutOwnMemory(t)) {
-      return "";
-    }
-    QuietScope quiet;  // its own ops are no op of the program
-    count = t.numel();
-    const at::Tensor shown = t.narrow(0, 0, std::min(count, kMaxShown)).to(at::kLong).contiguous();
-    const int64_t* data = shown.data_ptr<int64_t>();
-    values.assign(data, data + shown.numel());
-  } else {
-    return "";
+    return {list.begin(), list.begin() + std::min(count, at_most)};
   }
-  return absl::StrCat(args[index].name(), "=[", absl::StrJoin(values, ", "),
-                      count > kMaxShown ? absl::StrCat(", ... (", count, ")") : "", "]");
+  if (!v.isTensor()) return {};
+  const at::Tensor& t = v.toTensor();
+  if (!t.defined() || !t.device().is_cpu() || t.is_floating_point() || t.is_complex() ||
+      t.scalar_type() == at::kBool || WithoutOwnMemory(t) || t.layout() != at::kStrided) {
+    return {};
+  }
+  QuietScope quiet;  // its own ops are no op of the program
+  count = t.numel();
+  const at::Tensor shown =
+      t.reshape(-1).narrow(0, 0, std::min(count, at_most)).to(at::kLong).contiguous();
+  const int64_t* data = shown.data_ptr<int64_t>();
+  return {data, data + shown.numel()};
+}
+
+// What an argument's values say that its dtype and shape do not, for the
+// few whose values explain a loss's inf or NaN; empty for any other:
+// - *lengths (CTC's), as a list: "input_lengths=[50, 48, 50]";
+// - a loss's target beside its ignore_index (nll_loss's), counted:
+//   "target Long[8]: 8 of 8 are ignore_index (-100)".
+std::string ArgumentValues(const OpTraits& traits, const std::vector<c10::IValue>& inputs,
+                           size_t index) {
+  constexpr int64_t kMaxShown = 64, kMaxCounted = 1 << 20;
+  if (!traits.handle) return "";
+  const auto& args = traits.handle->schema().arguments();
+  if (index >= args.size() || index >= inputs.size()) return "";
+  const std::string& name = args[index].name();
+  int64_t count = 0;
+  if (absl::EndsWith(name, "lengths")) {
+    const std::vector<int64_t> values = HostIntegers(inputs[index], kMaxShown, count);
+    if (values.empty()) return "";
+    return absl::StrCat(name, "=[", absl::StrJoin(values, ", "),
+                        count > kMaxShown ? absl::StrCat(", ... (", count, ")") : "", "]");
+  }
+  if (name != "target" || !inputs[index].isTensor()) return "";
+  for (size_t j = 0; j < args.size() && j < inputs.size(); ++j) {
+    if (args[j].name() != "ignore_index" || !inputs[j].isInt()) continue;
+    const int64_t ignored = inputs[j].toInt();
+    const std::vector<int64_t> values = HostIntegers(inputs[index], kMaxCounted, count);
+    if (values.empty() || count > kMaxCounted) return "";
+    const auto n = std::count(values.begin(), values.end(), ignored);
+    const at::Tensor& t = inputs[index].toTensor();
+    return absl::StrCat("target ", c10::toString(t.scalar_type()), ShapeOf(t), ": ", n, " of ",
+                        count, count == 1 ? " is" : " are", " ignore_index (", ignored, ")");
+  }
+  return "";
 }
 
 std::vector<InputFacts> TorchOpContext::Inputs() {
@@ -1019,11 +1043,11 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
     if (before == nullptr && OverwritesWhole(traits_, i)) {
       continue;  // fill_'s or copy_'s self holds its result now, and none of its past
     }
-    if (std::string lengths = LengthsArgument(traits_, i, v); !lengths.empty()) {
+    if (std::string values = ArgumentValues(traits_, inputs_, i); !values.empty()) {
       InputFacts f;
       f.arg_index = static_cast<int>(i);
-      f.dtype = "lengths";
-      f.values = std::move(lengths);
+      f.dtype = "values";
+      f.values = std::move(values);
       result.push_back(std::move(f));
       continue;
     }

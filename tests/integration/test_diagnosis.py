@@ -168,6 +168,29 @@ def test_log_of_zero_in_fp32_is_not_called_an_fp16_overflow(out):
     assert "recomputed in fp32" not in run([NANHUNT, "view", out]).stdout
 
 
+def test_a_chunk_of_prompt_only_is_a_mean_over_no_targets(out):
+    # Instruction tuning masks the prompt out of the loss (-100): a chunk of
+    # prompt alone leaves cross_entropy no target, and its mean is 0/0.
+    r = preload_run([PYTHON, SCRIPTS / "prompt_only_chunk.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert "step 3 loss nan" in r.stdout
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["top_op"], first["step"]) == (
+        "aten::nll_loss_forward", "aten::cross_entropy_loss", 3), first
+    assert "#1 target Long[32]: 32 of 32 are ignore_index (-100)" in first["inputs"], first
+    d = j["diagnosis"]
+    assert d["kind"] == "invalid_math", d
+    assert "a mean over no targets is 0/0 = NaN" in " ".join(d["evidence"]), d["evidence"]
+    assert "(labels != -100).any()" in d["fixes"][0], d["fixes"]
+
+
+def test_a_program_that_skips_chunks_without_targets_is_healthy(out):
+    plain_and_monitored([PYTHON, SCRIPTS / "prompt_only_chunk.py", "guarded"], out)
+    j = view_json(out)
+    assert j["first_origin"] is None and j["nonfinite_steps"] == [], j["first_origin"]
+
+
 def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     r = preload_run([PYTHON, SCRIPTS / "sqrt_of_negative_fp16.py"], out)
     assert r.returncode == 0, r.stderr

@@ -306,19 +306,27 @@ TEST(Diagnosis, ABackwardOpAHookOrCustomBackwardCalledIsNamedWithItsLine) {
   }));
 }
 
+// An fp32 loss `op` inside `top_op` that made inf/NaN of `elements`
+// values at step 3 (the counts are the caller's).
+FindingRow LossOrigin(const char* op, const char* top_op, int64_t elements) {
+  FindingRow f = BackwardOrigin(3);
+  f.op = op;
+  f.top_op = top_op;
+  f.phase = "forward";
+  f.forward_op.clear();
+  f.dtype = "float32";
+  f.elements = elements;
+  f.posinf = 0;
+  return f;
+}
+
 // CTC's loss is +inf for a transcript its input is too short for: not
 // fp16's range, and not a mask; the lengths are what to check, and
 // zero_infinity=True what drops it.
 TEST(Diagnosis, CtcsInfiniteLossPointsAtTheLengthsAndZeroInfinity) {
   RunSummary s;
   s.steps = 6;
-  FindingRow f = BackwardOrigin(3);
-  f.op = "aten::_ctc_loss";
-  f.top_op = "aten::ctc_loss";
-  f.phase = "forward";
-  f.forward_op.clear();
-  f.dtype = "float32";
-  f.elements = 4;
+  FindingRow f = LossOrigin("aten::_ctc_loss", "aten::ctc_loss", 4);
   f.posinf = 1;
   f.inputs = "#0 float32[20, 4, 6] max|x|=3.02527; #1 Long[4, 8] (not checked); "
              "#2 input_lengths=[20, 17, 15, 12]; #3 target_lengths=[5, 4, 3, 8]";
@@ -348,6 +356,31 @@ TEST(Diagnosis, CtcsInfiniteLossPointsAtTheLengthsAndZeroInfinity) {
   d = Diagnose(s);
   ASSERT_EQ(d.kind, "healthy");
   EXPECT_TRUE(absl::StrContains(d.fixes[0], "torch.finfo(dtype).min")) << d.fixes[0];
+}
+
+// A loss's NaN from finite inputs is a mean over no targets (every label
+// ignore_index); its +inf at a target masked with -inf is a mask's doing.
+TEST(Diagnosis, ALossNanIsAMeanOverNoTargetsItsInfAMask) {
+  RunSummary s;
+  s.steps = 6;
+  FindingRow f = LossOrigin("aten::nll_loss_forward", "aten::cross_entropy_loss", 2);
+  f.nan = 1;
+  f.inputs = "#0 float32[32, 50] max|x|=6.1; #1 target Long[32]: 32 of 32 are ignore_index (-100)";
+  s.first_origin = f;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {3};
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(std::any_of(d.evidence.begin(), d.evidence.end(), [](const std::string& e) {
+    return absl::StartsWith(e, "a mean over no targets is 0/0 = NaN");
+  })) << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "(labels != -100).any()")) << d.fixes[0];
+
+  s.first_origin->nan = 0;
+  s.first_origin->posinf = 1;
+  s.first_origin->inputs = "#0 float32[32, 50] max|x|=6.1 -inf=64, put there by a mask";
+  d = Diagnose(s);
+  EXPECT_EQ(d.kind, "mask_made_nonfinite");
+  for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "no targets")) << e;
 }
 
 TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {

@@ -1546,7 +1546,7 @@ TEST_F(TracedMonitorTest, AnOriginsLengthsArgumentsAreWrittenByTheirValues) {
   log_probs.shape = "[20, 4, 6]";
   InputFacts lengths;
   lengths.arg_index = 2;
-  lengths.dtype = "lengths";
+  lengths.dtype = "values";
   lengths.values = "input_lengths=[20, 17, 15, 12]";
   ctx.inputs = {log_probs, lengths};
   TensorFacts loss = Fp16(/*posinf=*/1);
