@@ -83,4 +83,6 @@ std::optional<std::string> NameModelTensor(const void* storage_data) {
                     "RESULT");
 }
 
+int ModelTensorLookups() { return g_lookups.load(std::memory_order_relaxed); }
+
 }  // namespace nanhunt

@@ -18,4 +18,8 @@ namespace nanhunt {
 // C++ LibTorch program) or the lookup failed.
 std::optional<std::string> NameModelTensor(const void* storage_data);
 
+// How many lookups the run asked for (those past its share included): the
+// trace's meta model_tensor_lookups.
+int ModelTensorLookups();
+
 }  // namespace nanhunt

@@ -1055,7 +1055,9 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
       result.push_back(*before);  // overwritten by the op: its old values
       // Written in place, it is the same storage: an optimizer's state. A
       // batch norm's running statistics are named by their argument.
-      if (!traits_.updates_running_stats) LabelWrittenArg(v, limits_, result.back());
+      if (!traits_.updates_running_stats && name_model_tensors_) {
+        LabelWrittenArg(v, limits_, result.back());
+      }
       continue;
     }
     ForEachTensor(v, [&](const at::Tensor& t) {
@@ -1080,7 +1082,7 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         f.python_number = t.unsafeGetTensorImpl()->is_wrapped_number();
         f.deliberate = AnyNonFinite(f.counts) && f.counts.nan == 0 &&
                        (KnownDeliberate(t) || f.python_number);
-        LabelModelTensor(t, f, destination);
+        if (name_model_tensors_) LabelModelTensor(t, f, destination);
       }
       result.push_back(std::move(f));
     });

@@ -267,6 +267,11 @@ class TorchOpContext final : public OpContext {
                  const std::vector<at::Tensor>& outputs, const OpTraits& traits,
                  const CheckLimits& limits, const std::string& torch_dir);
   std::vector<InputFacts> Inputs() override;
+  // An op nested in one that judges its inputs again at its end: its own
+  // inputs need no model names (each lookup walks Python's objects, about
+  // 50 ms, and a run has 16), for a finding of its own would be the
+  // enclosing op's, which names what it was given.
+  void LeaveModelTensorsUnnamed() { name_model_tensors_ = false; }
   std::string Source() override;
   std::string Stack() override;
   CallSite BackwardCallSite() override;
@@ -285,6 +290,7 @@ class TorchOpContext final : public OpContext {
   const CheckLimits& limits_;
   const std::string& torch_dir_;
   bool located_ = false;
+  bool name_model_tensors_ = true;
   std::string source_, stack_;
 };
 

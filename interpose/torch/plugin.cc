@@ -743,6 +743,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   TorchOpContext context(frame.inputs, frame.written_before, ts.output_tensors,
                          traits,
                          monitor.limits(), *g_torch_dir);
+  // Its input findings are the enclosing op's to make (Monitor::OnOp).
+  if (top_op != nullptr && enclosing_op_judges) context.LeaveModelTensorsUnnamed();
   std::optional<Deferral> deferral;
   const Verdict verdict =
       monitor.OnOp(event, context, parent != nullptr ? &deferral : nullptr);
@@ -1356,6 +1358,7 @@ extern "C" __attribute__((visibility("default"))) int nanhunt_torch_start() {
       const ScanTotals totals = GetScanTotals();
       const std::vector<UncheckedRow> unchecked = UncheckedOps().Rows();
       for (const UncheckedRow& row : unchecked) w.Add(row);
+      w.PutMeta("model_tensor_lookups", absl::StrCat(ModelTensorLookups()));
       w.PutMeta("values_scanned", absl::StrCat(totals.scanned));
       w.PutMeta("values_reused", absl::StrCat(totals.reused));
       w.PutMeta("outputs_unchecked", absl::StrCat(totals.unchecked));

@@ -348,6 +348,27 @@ def test_a_checkpoint_that_diverged_is_blamed_not_the_first_batch(
     # Copied into the model's own tensors (no assign): nothing read after loading.
     assert not sqlite3.connect(trace).execute(
         "SELECT value FROM meta WHERE key = 'loaded_model_tensors_nonfinite'").fetchall()
+    # The name came from a walk of Python's objects, which the trace counts.
+    (lookups,) = sqlite3.connect(trace).execute(
+        "SELECT value FROM meta WHERE key = 'model_tensor_lookups'").fetchone()
+    assert int(lookups) >= 1, lookups
+
+
+def test_an_intermediate_inside_an_op_is_no_model_tensor_to_name(out):
+    # fp16 mse_loss squares inside its kernel (90000: inf), then takes their
+    # mean through a nested aten::mean: memory no checked op wrote. Its
+    # input finding is mse_loss's to make (an origin: its own inputs are
+    # finite), yet each step walked Python's objects to name that buffer,
+    # about 50 ms a walk, spending the run's 16 walks on nothing (and
+    # showing 8,000 us of host time an op in a five-step run).
+    r = preload_run([PYTHON, SCRIPTS / "half_model_loss_overflow.py"], out)
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["kind"], first["op"], first["step"]) == ("origin", "aten::mse_loss", 0), first
+    (trace,) = sorted(out.glob("*.sqlite"))
+    (lookups,) = sqlite3.connect(trace).execute(
+        "SELECT value FROM meta WHERE key = 'model_tensor_lookups'").fetchone()
+    assert lookups == "0"
 
 
 def test_a_model_assigned_a_diverged_checkpoint_is_read_where_it_was_loaded(out, tmp_path):
