@@ -41,6 +41,16 @@ bool IsReduction(absl::string_view op) {
   return false;
 }
 
+// Ops that square their input (or raise it to a power): an fp16 value past
+// 256 squares past 65504.
+bool Squares(absl::string_view op) {
+  for (const char* r : {"aten::pow", "aten::square", "aten::norm", "aten::linalg_vector_norm",
+                        "aten::var", "aten::mse_loss"}) {
+    if (op == r) return true;
+  }
+  return false;
+}
+
 // The op a user can switch: the outermost one autocast sees (matmul, not
 // the bmm inside it).
 std::string Switchable(const FindingRow& f) {
@@ -244,31 +254,57 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
       " turned finite inputs into ", f.dtype, " inf/NaN", reached,
       f.source.empty() ? "" : ", at " + f.source));
   AddWarningTrend(s, f, d);
+  if (AllDroppedWithinSteps(s) && Fp16RangeOverflow(f)) {
+    d.evidence.push_back(
+        "no weight, gradient or buffer held inf/NaN by the end of its step, so the loss "
+        "stayed finite: the ops after it computed finite values from them (an rsqrt of "
+        "inf is 0, a sigmoid of it 1, x / inf 0) or selected them away, and training "
+        "went on silently with wrong values where they overflowed");
+  }
   if (s.steps > 0) {
     d.evidence.push_back(absl::StrFormat(
         "it happened %s: %d of %d steps ran before it",
         f.step < s.steps / 4 + 1 ? "early" : "mid-run, as activations grew", f.step,
         s.steps));
   }
-  d.fixes.push_back(absl::StrCat(
-      "run ", op, " in fp32: NANHUNT_FP32_OPS=", op,
-      " now, without code change; in code, compute it under "
-      "torch.autocast(..., enabled=False) with .float() inputs"));
+  if (s.fp16_updates && Fp16RangeOverflow(f)) {
+    // A listed op of a model.half() model returns fp16 again: its own
+    // result past 65504 overflows there whatever computes it.
+    d.fixes.push_back(absl::StrFormat(
+        "in code, compute %s and the ops that use its result in fp32 (.float() before it, "
+        ".half() once the values are small again): the weights are fp16 (model.half()), "
+        "where NANHUNT_FP32_OPS=%s returns fp16 again and its values, up to %.6g, do not "
+        "fit; fp32 weights under autocast keep a listed op's result fp32",
+        op, op, *f.fp32_max_abs));
+  } else {
+    d.fixes.push_back(absl::StrCat(
+        "run ", op, " in fp32: NANHUNT_FP32_OPS=", op,
+        " now, without code change; in code, compute it under "
+        "torch.autocast(..., enabled=False) with .float() inputs"));
+  }
   if (IsMatmul(f.op) || IsMatmul(op)) {
     d.fixes.push_back(
         "scale before the matmul, not after: (q * d**-0.5) @ k.transpose(-1, "
         "-2), or F.scaled_dot_product_attention, which does");
   }
-  if (IsReduction(f.op) || IsReduction(op)) {
+  if (Squares(f.op) || Squares(op)) {
+    d.fixes.push_back(
+        "square in fp32: x.float().pow(2).mean(), as LLaMA's RMSNorm does (fp16 squares "
+        "pass 65504 from |x| = 256 on), or torch.linalg.vector_norm and F.rms_norm, "
+        "which accumulate in fp32");
+  } else if (IsReduction(f.op) || IsReduction(op)) {
     d.fixes.push_back(
         "use a library function that subtracts the max or accumulates in fp32 "
         "(torch.logsumexp, F.cross_entropy, F.log_softmax) instead of exp/sum "
         "by hand");
   }
   d.fixes.push_back(
-      "or run autocast in bf16 (fp32's range): NANHUNT_AUTOCAST_DTYPE=bf16 "
-      "now; torch.autocast(..., dtype=torch.bfloat16) in code (GPUs from "
-      "Ampere on)");
+      s.fp16_updates
+          ? "or train in bf16 (fp32's range): model.bfloat16() instead of model.half() "
+            "(GPUs from Ampere on); NANHUNT_AUTOCAST_DTYPE switches autocast only"
+          : "or run autocast in bf16 (fp32's range): NANHUNT_AUTOCAST_DTYPE=bf16 "
+            "now; torch.autocast(..., dtype=torch.bfloat16) in code (GPUs from "
+            "Ampere on)");
   d.fixes.push_back(
       "if the inputs themselves grow (raw counts, unnormalised features), "
       "normalise them");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/check_limits.h"
 
 namespace nanhunt {
 namespace {
@@ -41,12 +42,13 @@ const Singularity kSingularities[] = {
      "keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps)), or mask "
      "the entries where it is 0",
      {"aten::rsqrt"}},
+    // pow's +inf is a square past 65504: an overflow, not this.
     {{"aten::sqrt", "aten::pow", "aten::float_power"},
      "a square root or fractional power of a negative number is NaN (a variance "
      "computed by hand as E[x^2] - E[x]^2 can come out negative)",
      "clamp the argument at 0 (x.clamp_min(0)), or use torch.var, torch.std, "
      "F.layer_norm, which compute it stably",
-     {"aten::sqrt"}},
+     {"aten::sqrt"}, nullptr, /*only_nan=*/true},
     {{"aten::exp", "aten::exp2", "aten::expm1", "aten::sinh", "aten::cosh"},
      "exp passes even fp32's range from about 88.7 on",
      "subtract the maximum first, as torch.logsumexp, F.softmax and "
@@ -205,10 +207,22 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
   return d;
 }
 
-std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRow& f) {
+bool Fp16RangeOverflow(const FindingRow& f) {
+  return f.dtype == "float16" && f.fp32_max_abs && std::isfinite(*f.fp32_max_abs) &&
+         *f.fp32_max_abs > kFp16Max;
+}
+
+bool AllDroppedWithinSteps(const RunSummary& s) {
   // Outputs no check read could have carried them anywhere.
-  if (f.kind != "origin" || s.nonfinite_steps.empty() || !s.nonfinite_steps_kept.empty() ||
-      !s.unchecked.empty()) {
+  return !s.nonfinite_steps.empty() && s.nonfinite_steps_kept.empty() && s.unchecked.empty();
+}
+
+std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRow& f) {
+  // An fp16 overflow is no value anything meant: the ops after it computed
+  // with its inf (an rsqrt of inf is 0: a hand-written RMSNorm zeroed its
+  // rows, and the loss stayed finite) or selected it away, which the trace
+  // does not tell apart. It is diagnosed as the overflow it is.
+  if (f.kind != "origin" || !AllDroppedWithinSteps(s) || Fp16RangeOverflow(f)) {
     return std::nullopt;
   }
   Diagnosis d;

@@ -26,8 +26,16 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
 // they reached a weight: each such step's trace says its inf/NaN were all
 // freed with the temporaries that held them by its optimizer step's end
 // (a softmax's NaN over a fully masked row, zeroed right after, and the
-// NaN its backward makes there, which masked_fill's backward zeroes).
-// Otherwise nullopt.
+// NaN its backward makes there, which masked_fill's backward zeroes), and
+// `f` is no fp16 overflow (Fp16RangeOverflow). Otherwise nullopt.
 std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRow& f);
+
+// Whether `f` made fp16 inf whose fp32 recomputation is finite and past
+// 65504: values the computation meant, out of fp16's range.
+bool Fp16RangeOverflow(const FindingRow& f);
+
+// Whether every step with inf/NaN had them all freed by its optimizer
+// step's end (and every output was checked): no weight took any.
+bool AllDroppedWithinSteps(const RunSummary& s);
 
 }  // namespace nanhunt

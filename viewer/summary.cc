@@ -297,6 +297,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (first != nullptr) s.ranks.push_back({rank->second, *first});
     }
     for (const OpTotals& o : t.ops) {
+      s.fp16_updates |= o.phase == "optimizer" && o.fp16_elements > 0;
       OpTotals& m = ops[{o.op, o.phase, o.mask}];
       m.op = o.op;
       m.phase = o.phase;

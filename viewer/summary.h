@@ -74,6 +74,9 @@ struct RunSummary {
   // them): counted in op_stats, never findings.
   std::vector<std::string> mask_ops;
   int64_t bf16_switches = 0;              // autocast regions run in bf16
+  // The update wrote fp16 values: the weights are fp16 (model.half()), not
+  // fp32 weights under autocast, where NANHUNT_FP32_OPS's ops return fp32.
+  bool fp16_updates = false;
   // nanhunt's own host time (meta host_us_per_op, ops_observed; sampled):
   // ops its callbacks saw, over all traces, and their mean cost.
   int64_t ops_observed = 0;

@@ -191,6 +191,42 @@ def test_a_program_that_skips_chunks_without_targets_is_healthy(out):
     assert j["first_origin"] is None and j["nonfinite_steps"] == [], j["first_origin"]
 
 
+def test_an_overflow_the_next_op_absorbed_is_no_healthy_run(out):
+    # x.pow(2) overflows, rsqrt(inf) is 0: the RMSNorm zeroes its rows and
+    # the loss stays finite. Every step's inf was gone by its end, and the
+    # run was "healthy: dropped", with a square root's NaN for a cause.
+    r = preload_run([PYTHON, SCRIPTS / "rmsnorm_by_hand.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert "step 2 loss 0.011201 zeroed rows 8" in r.stdout  # silently wrong
+    d = view_json(out)["diagnosis"]
+    assert (d["kind"], d["op"]) == ("forward_overflow", "aten::pow"), d
+    evidence = " ".join(d["evidence"])
+    assert "so the loss stayed finite" in evidence and "rsqrt of inf is 0" in evidence, d
+    assert "negative" not in evidence, d
+    assert "NANHUNT_FP32_OPS=aten::pow" in d["fixes"][0], d["fixes"]
+    assert any(f.startswith("square in fp32: x.float().pow(2).mean()") for f in d["fixes"]), d
+    # ...and what it says works, without code change.
+    fixed = preload_run([PYTHON, SCRIPTS / "rmsnorm_by_hand.py"], out.parent / "fixed",
+                        NANHUNT_FP32_OPS="aten::pow")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "zeroed rows 8" not in fixed.stdout and "step 4" in fixed.stdout, fixed.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
+def test_a_half_models_overflowing_result_is_computed_in_fp32_in_code(out):
+    # In a model.half() model a listed op returns fp16 again: pow's 440896
+    # overflows there whatever computes it, and bf16 means the model's.
+    r = preload_run([PYTHON, SCRIPTS / "rmsnorm_by_hand.py", "half"], out)
+    assert r.returncode == 0, r.stderr
+    d = view_json(out)["diagnosis"]
+    assert (d["kind"], d["op"]) == ("forward_overflow", "aten::pow"), d
+    assert d["fixes"][0].startswith(
+        "in code, compute aten::pow and the ops that use its result in fp32"), d["fixes"]
+    assert "up to 440896, do not fit" in d["fixes"][0], d["fixes"]
+    assert any("model.bfloat16() instead of model.half()" in f for f in d["fixes"]), d["fixes"]
+    assert not any("NANHUNT_AUTOCAST_DTYPE=bf16 now" in f for f in d["fixes"]), d["fixes"]
+
+
 def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     r = preload_run([PYTHON, SCRIPTS / "sqrt_of_negative_fp16.py"], out)
     assert r.returncode == 0, r.stderr

@@ -383,6 +383,44 @@ TEST(Diagnosis, ALossNanIsAMeanOverNoTargetsItsInfAMask) {
   for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "no targets")) << e;
 }
 
+// An fp16 overflow whose inf the next ops absorbed (rsqrt(inf) = 0) is no
+// healthy run that dropped them: it is the overflow, said to be silent;
+// in a model.half() model (fp16 updates) the fp32 op list cannot help a
+// result past 65504, and bf16 means the model's.
+TEST(Diagnosis, AnAbsorbedFp16OverflowIsTheOverflowNotHealthy) {
+  RunSummary s;
+  s.steps = 5;
+  FindingRow f = LossOrigin("aten::pow", "", 512);
+  f.top_op.clear();
+  f.dtype = "float16";
+  f.posinf = 129;
+  f.fp32_max_abs = 440896;
+  s.first_origin = f;
+  s.nonfinite_steps = {2, 3, 4};  // each dropped by its end
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "forward_overflow");
+  EXPECT_TRUE(std::any_of(d.evidence.begin(), d.evidence.end(), [](const std::string& e) {
+    return absl::StrContains(e, "so the loss stayed finite");
+  })) << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "run aten::pow in fp32: NANHUNT_FP32_OPS=aten::pow"))
+      << d.fixes[0];
+  EXPECT_TRUE(absl::StartsWith(d.fixes[1], "square in fp32")) << d.fixes[1];
+
+  s.fp16_updates = true;
+  d = Diagnose(s);
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "its values, up to 440896, do not fit")) << d.fixes[0];
+  EXPECT_TRUE(std::any_of(d.fixes.begin(), d.fixes.end(), [](const std::string& fix) {
+    return absl::StrContains(fix, "model.bfloat16() instead of model.half()");
+  })) << ::testing::PrintToString(d.fixes);
+
+  // No recomputation past 65504 (a softmax's NaN over a masked row): dropped.
+  s.first_origin->op = "aten::_softmax";
+  s.first_origin->fp32_max_abs.reset();
+  s.first_origin->posinf = 0;
+  s.first_origin->nan = 8;
+  EXPECT_EQ(Diagnose(s).kind, "healthy");
+}
+
 TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
   // Adam's exp_avg_sq.addcmul_(grad, grad): gradients of 1.4e21, squared.
   RunSummary s;
