@@ -959,6 +959,8 @@ TorchOpContext::TorchOpContext(const std::vector<c10::IValue>& inputs,
       limits_(limits),
       torch_dir_(torch_dir) {}
 
+namespace {
+
 // An integer tensor in host memory, as int64 values (its first `at_most`);
 // empty for any other (reading a GPU tensor's values would wait for the
 // GPU). `count` is how many it holds.
@@ -1014,6 +1016,8 @@ std::string ArgumentValues(const OpTraits& traits, const std::vector<c10::IValue
   }
   return "";
 }
+
+}  // namespace
 
 std::vector<InputFacts> TorchOpContext::Inputs() {
   std::vector<InputFacts> result;
