@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/check_limits.h"
 
 namespace nanhunt {
@@ -207,6 +208,18 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
   return d;
 }
 
+namespace {
+
+// Whether `f`, a forward origin, had a gradient that was NaN (0/0, 0 x inf):
+// what a zero gradient gives where the forward made inf, as torch.where's
+// and masked_fill's backward send to the entries they did not select.
+bool MaskedOutputsGradientIsNan(const RunSummary& s, const FindingRow& f) {
+  return f.phase == "forward" && s.first_origin_gradient && s.first_origin_gradient->nan > 0 &&
+         s.first_origin_gradient->posinf == 0 && s.first_origin_gradient->neginf == 0;
+}
+
+}  // namespace
+
 bool Fp16RangeOverflow(const FindingRow& f) {
   return f.dtype == "float16" && f.fp32_max_abs && std::isfinite(*f.fp32_max_abs) &&
          *f.fp32_max_abs > kFp16Max;
@@ -268,6 +281,21 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
           : no_overflow);
   if (singular != nullptr) d.evidence.push_back(singular->cause);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  const bool masked_gradient = MaskedOutputsGradientIsNan(s, f);
+  if (masked_gradient) {
+    const FindingRow& g = *s.first_origin_gradient;
+    d.evidence.push_back(absl::StrCat(
+        "its gradient is NaN: ", g.op, " (backward of ", f.op, ") gave ", g.dtype,
+        " NaN=", g.nan, " of ", g.elements, " at step ", g.step,
+        ". A torch.where or masked_fill that keeps these values out of the loss still "
+        "sends a gradient into every entry of ", f.op, ", 0 where it did not select, and "
+        "0 times the derivative there (1/0, inf) is NaN"));
+    absl::string_view method = absl::StripSuffix(absl::StripPrefix(f.op, "aten::"), "_");
+    d.fixes.push_back(absl::StrCat(
+        "make the input safe before ", f.op, ", not only its output after: "
+        "torch.where(ok, z, 1).", method, "() inside the where (the \"double where\"), or "
+        "z.clamp_min(eps); masking the output leaves the gradient NaN"));
+  }
   // Finite inputs so large that their square is past fp32's range: values
   // that exploded before this op, which only squared or multiplied them.
   const std::optional<double> largest = LargestFiniteInput(f);

@@ -55,6 +55,26 @@ void FillLaterForwardLines(const std::vector<Trace>& traces, RunSummary& s) {
   }
 }
 
+// RunSummary::first_origin_gradient.
+void FillFirstOriginGradient(const std::vector<Trace>& traces, RunSummary& s) {
+  if (!s.first_origin || s.first_origin->phase != "forward" ||
+      s.first_origin->kind != "origin") {
+    return;
+  }
+  const FindingRow& first = *s.first_origin;
+  for (const Trace& t : traces) {
+    if (t.path != s.first_origin_trace) continue;
+    for (const FindingRow& f : t.findings) {
+      if (f.kind == "origin" && f.phase == "backward" && f.step == first.step &&
+          (f.forward_op == first.op || (!first.top_op.empty() && f.forward_op == first.top_op)) &&
+          !Before(f, first) &&
+          (!s.first_origin_gradient || Before(f, *s.first_origin_gradient))) {
+        s.first_origin_gradient = f;
+      }
+    }
+  }
+}
+
 // max |x| relative to fp16's limit: "82%", or "3.2x" / "1.1e+07x" past it.
 std::string OfLimit(double max_abs) {
   if (std::isinf(max_abs)) return "inf";
@@ -465,6 +485,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   s.unfinished_steps.assign(unfinished.begin(), unfinished.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
   FillLaterForwardLines(traces, s);
+  FillFirstOriginGradient(traces, s);
   return s;
 }
 

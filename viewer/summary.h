@@ -29,6 +29,11 @@ struct RunSummary {
   std::string torch_version;
   std::optional<FindingRow> first_origin;  // first origin or input finding
   std::string first_origin_trace;
+  // A forward first origin's own gradient, when it was an origin too: the
+  // first backward origin of the same step and trace whose forward op is
+  // the first origin's op (LogBackward's 0/0 after a torch.where kept
+  // log(0)'s -inf out of the loss).
+  std::optional<FindingRow> first_origin_gradient;
   // A backward first origin whose forward op's line was not captured (the
   // monitor captures it from the finding on): the lines later findings of
   // the same backward op and forward op had, at most three, and the step

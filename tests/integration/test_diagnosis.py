@@ -227,6 +227,26 @@ def test_a_half_models_overflowing_result_is_computed_in_fp32_in_code(out):
     assert not any("NANHUNT_AUTOCAST_DTYPE=bf16 now" in f for f in d["fixes"]), d["fixes"]
 
 
+def test_a_where_that_masks_log_of_zero_still_has_a_nan_gradient(out):
+    # torch.where(p > 0, p.log(), 0): the forward is finite, the gradient
+    # is not (LogBackward's 0 / 0 at the entries where did not select).
+    # The diagnosis said to clamp, not why the "safe" where was not.
+    script = SCRIPTS / "where_gradient_trap.py"
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    assert "step 2 entropy 1.104210 weights finite False" in r.stdout
+    d = view_json(out)["diagnosis"]
+    assert (d["kind"], d["op"]) == ("invalid_math", "aten::log"), d
+    assert any(e.startswith("its gradient is NaN: aten::div (backward of aten::log) gave "
+                            "float32 NaN=31 of 96 at step 2") for e in d["evidence"]), d
+    assert d["fixes"][0].startswith("make the input safe before aten::log"), d["fixes"]
+    assert "torch.where(ok, z, 1).log()" in d["fixes"][0], d["fixes"]
+    # The fix it names: healthy, and the same numbers up to the step it broke.
+    monitored, _ = plain_and_monitored([PYTHON, script, "double-where"], out.parent / "fixed")
+    assert "step 3 entropy 0.844348 weights finite True" in monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     r = preload_run([PYTHON, SCRIPTS / "sqrt_of_negative_fp16.py"], out)
     assert r.returncode == 0, r.stderr

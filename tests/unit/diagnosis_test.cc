@@ -306,6 +306,23 @@ TEST(Diagnosis, ABackwardOpAHookOrCustomBackwardCalledIsNamedWithItsLine) {
   }));
 }
 
+// Whether one of `lines` (evidence, fixes) starts with `prefix`.
+bool AnyStartsWith(const std::vector<std::string>& lines, absl::string_view prefix) {
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const std::string& line) { return absl::StartsWith(line, prefix); });
+}
+
+// Diagnoses `s`, which must be invalid_math with evidence that starts
+// with `evidence` and a first fix that holds `first_fix`.
+void ExpectInvalidMath(const RunSummary& s, absl::string_view evidence,
+                       absl::string_view first_fix) {
+  const Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(AnyStartsWith(d.evidence, evidence)) << ::testing::PrintToString(d.evidence);
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], first_fix)) << d.fixes[0];
+}
+
 // An fp32 loss `op` inside `top_op` that made inf/NaN of `elements`
 // values at step 3 (the counts are the caller's).
 FindingRow LossOrigin(const char* op, const char* top_op, int64_t elements) {
@@ -334,9 +351,8 @@ TEST(Diagnosis, CtcsInfiniteLossPointsAtTheLengthsAndZeroInfinity) {
   s.nonfinite_steps = s.nonfinite_steps_kept = {3, 4, 5};
   Diagnosis d = Diagnose(s);
   ASSERT_EQ(d.kind, "invalid_math");
-  EXPECT_TRUE(std::any_of(d.evidence.begin(), d.evidence.end(), [](const std::string& e) {
-    return absl::StartsWith(e, "CTC's loss is +inf (-log 0) for a target that no alignment fits");
-  })) << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(AnyStartsWith(d.evidence, "CTC's loss is +inf (-log 0) for a target that no alignment fits"))
+      << ::testing::PrintToString(d.evidence);
   EXPECT_TRUE(absl::StrContains(d.evidence.back(), "target_lengths=[5, 4, 3, 8]"))
       << ::testing::PrintToString(d.evidence);
   EXPECT_TRUE(absl::StrContains(d.fixes[0], "nn.CTCLoss(zero_infinity=True)")) << d.fixes[0];
@@ -368,17 +384,12 @@ TEST(Diagnosis, ALossNanIsAMeanOverNoTargetsItsInfAMask) {
   f.inputs = "#0 float32[32, 50] max|x|=6.1; #1 target Long[32]: 32 of 32 are ignore_index (-100)";
   s.first_origin = f;
   s.nonfinite_steps = s.nonfinite_steps_kept = {3};
-  Diagnosis d = Diagnose(s);
-  ASSERT_EQ(d.kind, "invalid_math");
-  EXPECT_TRUE(std::any_of(d.evidence.begin(), d.evidence.end(), [](const std::string& e) {
-    return absl::StartsWith(e, "a mean over no targets is 0/0 = NaN");
-  })) << ::testing::PrintToString(d.evidence);
-  EXPECT_TRUE(absl::StrContains(d.fixes[0], "(labels != -100).any()")) << d.fixes[0];
+  ExpectInvalidMath(s, "a mean over no targets is 0/0 = NaN", "(labels != -100).any()");
 
   s.first_origin->nan = 0;
   s.first_origin->posinf = 1;
   s.first_origin->inputs = "#0 float32[32, 50] max|x|=6.1 -inf=64, put there by a mask";
-  d = Diagnose(s);
+  const Diagnosis d = Diagnose(s);
   EXPECT_EQ(d.kind, "mask_made_nonfinite");
   for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "no targets")) << e;
 }
@@ -419,6 +430,33 @@ TEST(Diagnosis, AnAbsorbedFp16OverflowIsTheOverflowNotHealthy) {
   s.first_origin->posinf = 0;
   s.first_origin->nan = 8;
   EXPECT_EQ(Diagnose(s).kind, "healthy");
+}
+
+// log(0)'s -inf kept out of the loss by a torch.where still has a NaN
+// gradient (0 / 0): the fix is a safe input, not a masked output. An inf
+// gradient (the loss itself was -inf) is no such trap.
+TEST(Diagnosis, AWhereOverLogOfZeroHasANanGradientAndSaysWhy) {
+  RunSummary s;
+  s.steps = 4;
+  FindingRow f = LossOrigin("aten::log", "", 96);
+  f.neginf = 31;
+  s.first_origin = f;
+  FindingRow g = BackwardOrigin(3);
+  g.op = "aten::div";
+  g.forward_op = "aten::log";
+  g.dtype = "float32";
+  g.elements = 96;
+  g.posinf = 0;
+  g.nan = 31;
+  s.first_origin_gradient = g;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {3};
+  ExpectInvalidMath(s, "its gradient is NaN: aten::div (backward of aten::log)",
+                    "torch.where(ok, z, 1).log()");
+
+  s.first_origin_gradient->nan = 0;
+  s.first_origin_gradient->posinf = 31;
+  const Diagnosis d = Diagnose(s);
+  for (const std::string& fix : d.fixes) EXPECT_FALSE(absl::StrContains(fix, "double where"));
 }
 
 TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
