@@ -218,6 +218,18 @@ bool MaskedOutputsGradientIsNan(const RunSummary& s, const FindingRow& f) {
          s.first_origin_gradient->posinf == 0 && s.first_origin_gradient->neginf == 0;
 }
 
+// Whether `f` is the backward of a function whose derivative at 0 is
+// infinite though its value there is finite (a square root, a norm, a
+// fractional power) and made NaN alone: a zero gradient divided by it.
+bool NanGradientOfSteepFunction(const FindingRow& f) {
+  if (f.phase != "backward" || f.nan == 0 || f.posinf != 0 || f.neginf != 0) return false;
+  for (const char* op : {"aten::sqrt", "aten::norm", "aten::linalg_vector_norm",
+                         "aten::pow", "aten::frobenius_norm", "aten::_foreach_norm"}) {
+    if (f.forward_op == op) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool Fp16RangeOverflow(const FindingRow& f) {
@@ -263,7 +275,9 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
-  const Singularity* singular = SingularityOf(f);
+  const bool steep_at_zero = NanGradientOfSteepFunction(f);
+  // The division is the square root's derivative, not one of the program's.
+  const Singularity* singular = steep_at_zero ? nullptr : SingularityOf(f);
   const std::string no_overflow = NoOverflowWithoutRecomputation(singular, f);
   if (!recomputed_non_finite && !wide && no_overflow.empty()) return std::nullopt;
   Diagnosis d;
@@ -295,6 +309,17 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
         "make the input safe before ", f.op, ", not only its output after: "
         "torch.where(ok, z, 1).", method, "() inside the where (the \"double where\"), or "
         "z.clamp_min(eps); masking the output leaves the gradient NaN"));
+  }
+  if (steep_at_zero) {
+    d.evidence.push_back(absl::StrCat(
+        "the derivative of ", f.forward_op, " at 0 is infinite (a square root's, or a norm's "
+        "of a zero vector): its backward divides the incoming gradient by 0 there, and 0 / 0 "
+        "is NaN where that gradient was 0 (entries a torch.where or masked_fill did not "
+        "select), though the forward value, 0, was finite"));
+    d.fixes.push_back(
+        "keep the argument off 0 before the square root: (d2 + eps).sqrt(), or "
+        "torch.where(d2 > 0, d2, 1).sqrt() inside the where (the \"double where\"); "
+        "torch.cdist and F.pairwise_distance do it with an eps of their own");
   }
   // Finite inputs so large that their square is past fp32's range: values
   // that exploded before this op, which only squared or multiplied them.

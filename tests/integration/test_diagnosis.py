@@ -247,6 +247,30 @@ def test_a_where_that_masks_log_of_zero_still_has_a_nan_gradient(out):
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
+def test_a_square_roots_nan_gradient_at_zero_is_its_derivative_not_a_division(out):
+    # sqrt(0) = 0 is finite; SqrtBackward's grad / (2 * 0) is 0 / 0 where a
+    # torch.where sent no gradient. It said "keep the denominator away
+    # from 0, or mask the entries where it is 0": the mask is the trap.
+    script = SCRIPTS / "pairwise_distance_sqrt.py"
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    assert "step 2 loss 0.133976 weights finite False" in r.stdout
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["phase"], first["forward_op"], first["step"]) == (
+        "aten::div", "backward", "aten::sqrt", 2), first
+    d = j["diagnosis"]
+    assert d["kind"] == "invalid_math", d
+    evidence = " ".join(d["evidence"])
+    assert "the derivative of aten::sqrt at 0 is infinite" in evidence, d
+    assert "a division by 0" not in evidence, d
+    assert d["fixes"][0].startswith("keep the argument off 0 before the square root"), d
+    assert not any("mask the entries" in f for f in d["fixes"]), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, script, "eps"], out.parent / "fixed")
+    assert "step 3 loss 0.129299 weights finite True" in monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     r = preload_run([PYTHON, SCRIPTS / "sqrt_of_negative_fp16.py"], out)
     assert r.returncode == 0, r.stderr

@@ -323,6 +323,18 @@ void ExpectInvalidMath(const RunSummary& s, absl::string_view evidence,
   EXPECT_TRUE(absl::StrContains(d.fixes[0], first_fix)) << d.fixes[0];
 }
 
+// A backward `aten::div` of `forward_op` in fp32 that made NaN alone.
+FindingRow NanGradient(const char* forward_op, int64_t step, int64_t nan, int64_t elements) {
+  FindingRow g = BackwardOrigin(step);
+  g.op = "aten::div";
+  g.forward_op = forward_op;
+  g.dtype = "float32";
+  g.elements = elements;
+  g.posinf = 0;
+  g.nan = nan;
+  return g;
+}
+
 // An fp32 loss `op` inside `top_op` that made inf/NaN of `elements`
 // values at step 3 (the counts are the caller's).
 FindingRow LossOrigin(const char* op, const char* top_op, int64_t elements) {
@@ -441,14 +453,7 @@ TEST(Diagnosis, AWhereOverLogOfZeroHasANanGradientAndSaysWhy) {
   FindingRow f = LossOrigin("aten::log", "", 96);
   f.neginf = 31;
   s.first_origin = f;
-  FindingRow g = BackwardOrigin(3);
-  g.op = "aten::div";
-  g.forward_op = "aten::log";
-  g.dtype = "float32";
-  g.elements = 96;
-  g.posinf = 0;
-  g.nan = 31;
-  s.first_origin_gradient = g;
+  s.first_origin_gradient = NanGradient("aten::log", 3, 31, 96);
   s.nonfinite_steps = s.nonfinite_steps_kept = {3};
   ExpectInvalidMath(s, "its gradient is NaN: aten::div (backward of aten::log)",
                     "torch.where(ok, z, 1).log()");
@@ -457,6 +462,22 @@ TEST(Diagnosis, AWhereOverLogOfZeroHasANanGradientAndSaysWhy) {
   s.first_origin_gradient->posinf = 31;
   const Diagnosis d = Diagnose(s);
   for (const std::string& fix : d.fixes) EXPECT_FALSE(absl::StrContains(fix, "double where"));
+}
+
+// A square root's backward at 0 divides by 0: its NaN is the derivative's,
+// not a division of the program's (whose advice, to mask, is the trap).
+TEST(Diagnosis, ASquareRootsNanGradientAtZeroIsItsDerivative) {
+  RunSummary s;
+  s.steps = 4;
+  s.first_origin = NanGradient("aten::sqrt", 2, 16, 144);
+  s.nonfinite_steps = s.nonfinite_steps_kept = {2, 3};
+  ExpectInvalidMath(s, "the derivative of aten::sqrt at 0 is infinite",
+                    "keep the argument off 0 before the square root");
+  const Diagnosis d = Diagnose(s);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "a division by 0")) << ::testing::PrintToString(d.evidence);
+  // The program's own division (a forward op's) keeps its advice.
+  s.first_origin->forward_op = "aten::div";
+  ExpectInvalidMath(s, "a division by 0", "keep the denominator away from 0");
 }
 
 TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
