@@ -1006,11 +1006,12 @@ std::string ArgumentValues(const OpTraits& traits, const std::vector<c10::IValue
   if (name != "target" || !inputs[index].isTensor()) return "";
   for (size_t j = 0; j < args.size() && j < inputs.size(); ++j) {
     if (args[j].name() != "ignore_index" || !inputs[j].isInt()) continue;
+    const at::Tensor& t = inputs[index].toTensor();
+    if (!t.defined() || t.numel() > kMaxCounted) return "";  // before copying any
     const int64_t ignored = inputs[j].toInt();
     const std::vector<int64_t> values = HostIntegers(inputs[index], kMaxCounted, count);
-    if (values.empty() || count > kMaxCounted) return "";
+    if (values.empty()) return "";
     const auto n = std::count(values.begin(), values.end(), ignored);
-    const at::Tensor& t = inputs[index].toTensor();
     return absl::StrCat("target ", c10::toString(t.scalar_type()), ShapeOf(t), ": ", n, " of ",
                         count, count == 1 ? " is" : " are", " ignore_index (", ignored, ")");
   }
