@@ -159,10 +159,22 @@ double MaxAbs(Format format, const CheckCounts& counts) {
   return DecodeMagnitude(format, counts.max_abs_bits);
 }
 
+namespace {
+
+// "%.6g", except that a value next to 1 keeps the digits that tell it from
+// 1: six digits show 1.0000001, an acos's input past its domain, as "1",
+// inside it, and 0.99999994, a sigmoid's output log(1 - p) is still finite
+// for, as the same "1".
+std::string FormatMagnitude(double v) {
+  std::string six = absl::StrFormat("%.6g", v);
+  return six == "1" && v != 1 ? absl::StrFormat("%.9g", v) : six;
+}
+
+}  // namespace
+
 std::string DescribeTensor(absl::string_view dtype, absl::string_view shape,
                            const CheckCounts& c, double max_abs) {
-  std::string s = absl::StrCat(dtype, shape, " max|x|=",
-                               absl::StrFormat("%.6g", max_abs));
+  std::string s = absl::StrCat(dtype, shape, " max|x|=", FormatMagnitude(max_abs));
   if (c.nan) absl::StrAppend(&s, " nan=", c.nan);
   if (c.posinf) absl::StrAppend(&s, " +inf=", c.posinf);
   if (c.neginf) absl::StrAppend(&s, " -inf=", c.neginf);

@@ -28,6 +28,9 @@ struct Singularity {
   // The cause is the one of NaN alone: ±inf from these ops is something
   // else (a loss's +inf at a target masked with -inf is a mask's doing).
   bool only_nan = false;
+  // Its argument is often a probability, or 1 minus one, which fp16 and
+  // bf16 round to exactly 0 or 1 long before fp32 does (a log of p).
+  bool takes_probabilities = false;
 };
 
 const Singularity kSingularities[] = {
@@ -36,7 +39,8 @@ const Singularity kSingularities[] = {
      "clamp the argument away from 0 (x.clamp_min(eps)), or stay in log space: "
      "F.logsigmoid, F.binary_cross_entropy_with_logits, F.log_softmax, "
      "torch.logsumexp",
-     {"aten::log", "aten::log2", "aten::log10", "aten::log1p"}},
+     {"aten::log", "aten::log2", "aten::log10", "aten::log1p"}, nullptr, false,
+     /*takes_probabilities=*/true},
     {{"aten::div", "aten::div_", "aten::reciprocal", "aten::rsqrt", "aten::true_divide",
       "aten::remainder", "aten::fmod"},
      "a division by 0 is inf (0/0 is NaN)",
@@ -88,6 +92,14 @@ const Singularity kSingularities[] = {
      "was dropped; to stop making it, skip the loss of a batch whose every "
      "target is ignore_index (if (labels != -100).any())",
      /*only_nan=*/true},
+    // Finite inputs give a variance NaN only so; its +inf is an overflow.
+    {{"aten::std", "aten::var", "aten::std_mean", "aten::var_mean"},
+     "a standard deviation or variance with Bessel's correction (the default, "
+     "correction=1) over a single value divides by N - 1 = 0: NaN (a group, "
+     "batch or dimension of size 1)",
+     "skip groups of one value, or pass correction=0 (unbiased=False), whose "
+     "std of one value is 0; x.std() + eps does not help, NaN + eps is NaN",
+     {}, nullptr, /*only_nan=*/true},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
      "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))",
@@ -173,6 +185,21 @@ std::string WhatItGave(const FindingRow& f) {
       f.source.empty() || SourceIsForwardLine(f) ? "" : ", at " + f.source);
 }
 
+// Why a log in fp16 or bf16 met an exact 0: a probability it or 1 minus it
+// was rounded to 0 or 1, where fp32 would have kept it apart (sigmoid's
+// thresholds, measured). Empty for other ops and formats.
+std::string ProbabilitiesRoundedToEdges(const Singularity* s, const FindingRow& f) {
+  if (s == nullptr || !s->takes_probabilities || f.neginf == 0) return "";
+  const char* to_one = f.dtype == "float16" ? "8.3" : f.dtype == "bfloat16" ? "6.2" : nullptr;
+  if (to_one == nullptr) return "";
+  return absl::StrCat(
+      "in ", f.dtype, " a probability rounds to exactly 1 from a logit of about ", to_one,
+      " on (a sigmoid's; a softmax's confident class likewise)",
+      f.dtype == "float16" ? ", and to 0 below about -17.3" : "",
+      ": log(1 - p) or log(p) is then -inf where the model was merely confident. fp32 rounds "
+      "to 1 only from about 16.6, and a loss computed from the logits never does");
+}
+
 // " (backward)" after an op's name, nothing for the forward.
 std::string PhaseNote(const FindingRow& f) {
   return f.phase == "forward" ? "" : " (" + f.phase + ")";
@@ -210,24 +237,61 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
 
 namespace {
 
-// Whether `f`, a forward origin, had a gradient that was NaN (0/0, 0 x inf):
-// what a zero gradient gives where the forward made inf, as torch.where's
-// and masked_fill's backward send to the entries they did not select.
+// Whether `f`, a forward origin that made ±inf, had a gradient that was
+// NaN (0/0, 0 x inf): what a zero gradient gives where the forward made inf,
+// as torch.where's and masked_fill's backward send to the entries they did
+// not select.
 bool MaskedOutputsGradientIsNan(const RunSummary& s, const FindingRow& f) {
-  return f.phase == "forward" && s.first_origin_gradient && s.first_origin_gradient->nan > 0 &&
-         s.first_origin_gradient->posinf == 0 && s.first_origin_gradient->neginf == 0;
+  return f.phase == "forward" && (f.posinf > 0 || f.neginf > 0) && s.first_origin_gradient &&
+         s.first_origin_gradient->nan > 0 && s.first_origin_gradient->posinf == 0 &&
+         s.first_origin_gradient->neginf == 0;
 }
 
-// Whether `f` is the backward of a function whose derivative at 0 is
-// infinite though its value there is finite (a square root, a norm, a
-// fractional power) and made NaN alone: a zero gradient divided by it.
-bool NanGradientOfSteepFunction(const FindingRow& f) {
-  if (f.phase != "backward" || f.nan == 0 || f.posinf != 0 || f.neginf != 0) return false;
-  for (const char* op : {"aten::sqrt", "aten::norm", "aten::linalg_vector_norm",
-                         "aten::pow", "aten::frobenius_norm", "aten::_foreach_norm"}) {
-    if (f.forward_op == op) return true;
+// Whether `f`, a forward origin that made NaN alone (an argument outside
+// the function's domain), had a NaN gradient: the derivative there is NaN
+// too, whatever gradient came in.
+bool DomainErrorsGradientIsNan(const RunSummary& s, const FindingRow& f) {
+  return f.phase == "forward" && f.nan > 0 && f.posinf == 0 && f.neginf == 0 &&
+         s.first_origin_gradient && s.first_origin_gradient->nan > 0;
+}
+
+// A function whose derivative at 0 is infinite though its value there is
+// finite, and what keeps its argument off 0.
+struct SteepAtZero {
+  std::initializer_list<const char*> forward_ops;
+  const char* what;
+  const char* fix;
+};
+
+const SteepAtZero kSteepAtZero[] = {
+    {{"aten::sqrt", "aten::norm", "aten::linalg_vector_norm", "aten::frobenius_norm",
+      "aten::_foreach_norm"},
+     "a square root's, or a norm's of a zero vector",
+     "keep the argument off 0 before the square root: (d2 + eps).sqrt(), or "
+     "torch.where(d2 > 0, d2, 1).sqrt() inside the where (the \"double where\"); "
+     "torch.cdist and F.pairwise_distance do it with an eps of their own"},
+    {{"aten::pow", "aten::float_power"},
+     "a power's with an exponent below 1, e * x ** (e - 1): a square root's, or a focal "
+     "loss's (1 - p) ** gamma with gamma < 1 where p is 1",
+     "keep the base off 0 before the power: x.clamp_min(eps) ** e (a focal loss's "
+     "(1 - p).clamp_min(eps) ** gamma), or an exponent of 1 or more, whose derivative "
+     "at 0 is finite"},
+};
+
+// The function `f` is the backward of when it is one of kSteepAtZero and
+// `f` made inf/NaN there, with inputs too small to have overflowed: its
+// derivative at 0 times the incoming gradient (a zero gradient gives 0 / 0,
+// NaN; another one ±inf). Null otherwise.
+const SteepAtZero* SteepAtZeroGradient(const FindingRow& f) {
+  if (f.phase != "backward" || (f.nan == 0 && f.posinf == 0 && f.neginf == 0)) return nullptr;
+  const std::optional<double> largest = LargestFiniteInput(f);
+  if (largest && *largest > kFp32SquareLimit) return nullptr;
+  for (const SteepAtZero& steep : kSteepAtZero) {
+    for (const char* op : steep.forward_ops) {
+      if (f.forward_op == op) return &steep;
+    }
   }
-  return false;
+  return nullptr;
 }
 
 }  // namespace
@@ -275,9 +339,9 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
-  const bool steep_at_zero = NanGradientOfSteepFunction(f);
+  const SteepAtZero* steep = SteepAtZeroGradient(f);
   // The division is the square root's derivative, not one of the program's.
-  const Singularity* singular = steep_at_zero ? nullptr : SingularityOf(f);
+  const Singularity* singular = steep != nullptr ? nullptr : SingularityOf(f);
   const std::string no_overflow = NoOverflowWithoutRecomputation(singular, f);
   if (!recomputed_non_finite && !wide && no_overflow.empty()) return std::nullopt;
   Diagnosis d;
@@ -294,9 +358,10 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
           ? "recomputed in fp32 it is not finite either: more range would not help"
           : no_overflow);
   if (singular != nullptr) d.evidence.push_back(singular->cause);
+  const std::string rounded = ProbabilitiesRoundedToEdges(singular, f);
+  if (!rounded.empty()) d.evidence.push_back(rounded);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
-  const bool masked_gradient = MaskedOutputsGradientIsNan(s, f);
-  if (masked_gradient) {
+  if (MaskedOutputsGradientIsNan(s, f)) {
     const FindingRow& g = *s.first_origin_gradient;
     d.evidence.push_back(absl::StrCat(
         "its gradient is NaN: ", g.op, " (backward of ", f.op, ") gave ", g.dtype,
@@ -309,17 +374,24 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
         "make the input safe before ", f.op, ", not only its output after: "
         "torch.where(ok, z, 1).", method, "() inside the where (the \"double where\"), or "
         "z.clamp_min(eps); masking the output leaves the gradient NaN"));
-  }
-  if (steep_at_zero) {
+  } else if (DomainErrorsGradientIsNan(s, f)) {
+    const FindingRow& g = *s.first_origin_gradient;
     d.evidence.push_back(absl::StrCat(
-        "the derivative of ", f.forward_op, " at 0 is infinite (a square root's, or a norm's "
-        "of a zero vector): its backward divides the incoming gradient by 0 there, and 0 / 0 "
-        "is NaN where that gradient was 0 (entries a torch.where or masked_fill did not "
-        "select), though the forward value, 0, was finite"));
-    d.fixes.push_back(
-        "keep the argument off 0 before the square root: (d2 + eps).sqrt(), or "
-        "torch.where(d2 > 0, d2, 1).sqrt() inside the where (the \"double where\"); "
-        "torch.cdist and F.pairwise_distance do it with an eps of their own");
+        "its gradient is NaN as well: ", g.op, " (backward of ", f.op, ") gave ", g.dtype,
+        " NaN=", g.nan, " of ", g.elements, " at step ", g.step,
+        ". Where a function is NaN its derivative is too, so masking its output (torch.where, "
+        "masked_fill) would still leave NaN in the gradients: the argument must be made "
+        "valid before ", f.op));
+  }
+  if (steep != nullptr) {
+    d.evidence.push_back(absl::StrCat(
+        "the derivative of ", f.forward_op, " at 0 is infinite (", steep->what,
+        "): its backward multiplies the incoming gradient by inf there, ",
+        f.nan > 0 ? "and 0 x inf is NaN where that gradient was 0 (entries a torch.where or "
+                    "masked_fill did not select)"
+                  : "which is inf wherever that gradient was not 0",
+        ", though the forward value at 0 was finite"));
+    d.fixes.push_back(steep->fix);
   }
   // Finite inputs so large that their square is past fp32's range: values
   // that exploded before this op, which only squared or multiplied them.

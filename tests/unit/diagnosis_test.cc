@@ -3,6 +3,8 @@
 #include "viewer/diagnosis.h"
 
 #include <algorithm>
+#include <limits>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -349,6 +351,21 @@ FindingRow LossOrigin(const char* op, const char* top_op, int64_t elements) {
   return f;
 }
 
+// A run of `steps` steps whose first origin is the fp32 loss `op` inside
+// `top_op`, NaN in `nan` of its `elements` values, read from `inputs`, and
+// whose inf/NaN reached the weights at the steps `kept`.
+RunSummary NanLossRun(int64_t steps, const char* op, const char* top_op, int64_t elements,
+                      int64_t nan, const char* inputs, std::vector<int64_t> kept) {
+  RunSummary s;
+  s.steps = steps;
+  FindingRow f = LossOrigin(op, top_op, elements);
+  f.nan = nan;
+  f.inputs = inputs;
+  s.first_origin = f;
+  s.nonfinite_steps = s.nonfinite_steps_kept = std::move(kept);
+  return s;
+}
+
 // CTC's loss is +inf for a transcript its input is too short for: not
 // fp16's range, and not a mask; the lengths are what to check, and
 // zero_infinity=True what drops it.
@@ -389,13 +406,9 @@ TEST(Diagnosis, CtcsInfiniteLossPointsAtTheLengthsAndZeroInfinity) {
 // A loss's NaN from finite inputs is a mean over no targets (every label
 // ignore_index); its +inf at a target masked with -inf is a mask's doing.
 TEST(Diagnosis, ALossNanIsAMeanOverNoTargetsItsInfAMask) {
-  RunSummary s;
-  s.steps = 6;
-  FindingRow f = LossOrigin("aten::nll_loss_forward", "aten::cross_entropy_loss", 2);
-  f.nan = 1;
-  f.inputs = "#0 float32[32, 50] max|x|=6.1; #1 target Long[32]: 32 of 32 are ignore_index (-100)";
-  s.first_origin = f;
-  s.nonfinite_steps = s.nonfinite_steps_kept = {3};
+  RunSummary s = NanLossRun(
+      6, "aten::nll_loss_forward", "aten::cross_entropy_loss", 2, 1,
+      "#0 float32[32, 50] max|x|=6.1; #1 target Long[32]: 32 of 32 are ignore_index (-100)", {3});
   ExpectInvalidMath(s, "a mean over no targets is 0/0 = NaN", "(labels != -100).any()");
 
   s.first_origin->nan = 0;
@@ -478,6 +491,80 @@ TEST(Diagnosis, ASquareRootsNanGradientAtZeroIsItsDerivative) {
   // The program's own division (a forward op's) keeps its advice.
   s.first_origin->forward_op = "aten::div";
   ExpectInvalidMath(s, "a division by 0", "keep the denominator away from 0");
+}
+
+// acos of a cosine rounded past 1 is NaN, and so is its derivative: no
+// where-trap (nothing masked a -inf), and the fix is the clamp into the
+// domain, before the op.
+TEST(Diagnosis, AnAcosPastItsDomainHasANanGradientOfItsOwn) {
+  RunSummary s =
+      NanLossRun(4, "aten::acos", "", 320, 1, "#0 float32[32, 10] max|x|=1.00000012", {3});
+  s.first_origin_gradient = NanGradient("aten::acos", 3, 1, 320);
+  s.first_origin_gradient->op = "aten::rsqrt";
+  ExpectInvalidMath(s, "its gradient is NaN as well: aten::rsqrt (backward of aten::acos)",
+                    "clamp the argument into the domain");
+  const Diagnosis d = Diagnose(s);
+  for (const std::string& e : d.evidence) {
+    EXPECT_FALSE(absl::StrContains(e, "torch.where or masked_fill that keeps")) << e;
+  }
+  for (const std::string& fix : d.fixes) EXPECT_FALSE(absl::StrContains(fix, "double where")) << fix;
+}
+
+// A BCE written by hand in fp16: 1 - sigmoid(x) rounds to 0 from x of
+// about 8.3, and its log is -inf; fp32 would have kept it finite.
+TEST(Diagnosis, AnFp16LogOfAProbabilityRoundedToOneSaysSo) {
+  RunSummary s = NanLossRun(6, "aten::log", "", 64, /*nan=*/0, "", {0, 1});
+  s.first_origin->dtype = "float16";
+  s.first_origin->neginf = 5;
+  s.first_origin->fp32_max_abs = std::numeric_limits<double>::infinity();
+  ExpectInvalidMath(s, "in float16 a probability rounds to exactly 1 from a logit of about 8.3",
+                    "stay in log space");
+  s.first_origin->dtype = "bfloat16";
+  ExpectInvalidMath(s, "in bfloat16 a probability rounds to exactly 1 from a logit of about 6.2",
+                    "stay in log space");
+  // fp32's log of 0 is no rounding of ours to speak of.
+  s.first_origin->dtype = "float32";
+  const Diagnosis d = Diagnose(s);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "in float32")) << ::testing::PrintToString(d.evidence);
+}
+
+// GRPO-style advantages: a group of one sample has a std of NaN.
+TEST(Diagnosis, AStdOverOneValueIsBesselsCorrection) {
+  RunSummary s = NanLossRun(4, "aten::std", "", 1, 1, "#0 float32[1] max|x|=1.02241", {2, 3});
+  ExpectInvalidMath(s, "a standard deviation or variance with Bessel's correction",
+                    "correction=0");
+  // A variance's +inf is an overflow of its squares, no such thing.
+  s.first_origin->nan = 0;
+  s.first_origin->posinf = 1;
+  const Diagnosis d = Diagnose(s);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "a standard deviation"))
+      << ::testing::PrintToString(d.evidence);
+}
+
+// A focal loss's (1 - p) ** 0.5 where p is 1: pow's backward is
+// 0.5 * 0 ** -0.5, +inf, with a nonzero incoming gradient.
+TEST(Diagnosis, AFractionalPowersInfiniteGradientAtZeroIsItsDerivative) {
+  RunSummary s;
+  s.steps = 4;
+  FindingRow g = BackwardOrigin(2);
+  g.op = "aten::pow";
+  g.forward_op = "aten::pow";
+  g.dtype = "float32";
+  g.posinf = 32;
+  g.elements = 32;
+  g.inputs = "#0 float32[32] max|x|=0";
+  s.first_origin = g;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {2, 3};
+  ExpectInvalidMath(s, "the derivative of aten::pow at 0 is infinite",
+                    "x.clamp_min(eps) ** e");
+  const Diagnosis d = Diagnose(s);
+  EXPECT_TRUE(AnyStartsWith(d.evidence, "the derivative of aten::pow at 0 is infinite (a power's "
+                                        "with an exponent below 1"))
+      << ::testing::PrintToString(d.evidence);
+  for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "0 x inf is NaN")) << e;
+  // Inputs that had exploded overflow the power: no derivative at 0.
+  s.first_origin->inputs = "#0 float32[32] max|x|=1e+30";
+  ExpectInvalidMath(s, "an input reached |x| = 1e+30", "clip gradients");
 }
 
 TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {

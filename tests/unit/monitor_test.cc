@@ -1671,5 +1671,15 @@ TEST_F(TracedMonitorTest, ALiteralCastNearTheLimitIsNoWarningAndNotTheOpsMagnitu
   }
 }
 
+// An acos's input of 1.0000001, past the domain, must not read as 1.
+TEST(DescribeTensorTest, AValueNextToOneKeepsTheDigitsThatTellItFromOne) {
+  CheckCounts c;
+  EXPECT_EQ(DescribeTensor("float32", "[4]", c, 1.0), "float32[4] max|x|=1");
+  EXPECT_EQ(DescribeTensor("float32", "[4]", c, 1.00000012), "float32[4] max|x|=1.00000012");
+  EXPECT_EQ(DescribeTensor("float32", "[4]", c, 0.99999994), "float32[4] max|x|=0.99999994");
+  EXPECT_EQ(DescribeTensor("float32", "[4]", c, 3.1415926), "float32[4] max|x|=3.14159");
+  EXPECT_EQ(DescribeTensor("float32", "[4]", c, 100000.01), "float32[4] max|x|=100000");
+}
+
 }  // namespace
 }  // namespace nanhunt

@@ -1,0 +1,98 @@
+"""Four losses written by hand that go NaN for a reason of their own, not
+fp16's range; each is a pattern users write and nanhunt must explain.
+
+    losses_out_of_domain.py MODE
+
+arcface  acos of a cosine between unit vectors: at step 2 one embedding is
+         its class's weight itself, and the cosine rounds to 1.0000001,
+         past acos's domain (the fix, clamp, is MODE arcface-clamped)
+std      GRPO-style advantages, (r - mean) / (std + eps) per group: at
+         step 2 a group has one sample, whose std (Bessel's N - 1) is NaN
+focal    a focal loss with gamma = 0.5: at step 2 the model is certain,
+         p = 1, and (1 - p) ** 0.5 has an infinite derivative at 0
+bce      binary cross-entropy by hand on a .half() model: sigmoid rounds
+         to 1 in fp16 from a logit of 8.3, and log(1 - p) is -inf
+
+Prints each step's loss and whether the weights are finite."""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+MODE = sys.argv[1]
+torch.manual_seed(0)
+
+
+def report(step, loss, params):
+    finite = all(bool(torch.isfinite(p).all()) for p in params)
+    print(f"step {step} loss {loss.item():.6f} weights finite {finite}", flush=True)
+
+
+def arcface(clamped):
+    embed = torch.nn.Linear(16, 8)
+    centers = torch.nn.Parameter(torch.randn(10, 8))
+    params = [*embed.parameters(), centers]
+    opt = torch.optim.SGD(params, lr=0.1)
+    x, y = torch.randn(32, 16), torch.randint(0, 10, (32,))
+    for step in range(4):
+        f = F.normalize(embed(x), dim=1)
+        w = F.normalize(centers, dim=1)
+        if step == 2:  # a sample on its class's center, rounded past it
+            f = torch.cat([w[y[:1]] * 1.0000001, f[1:]])
+        cos = f @ w.t()
+        if clamped:
+            cos = cos.clamp(-1 + 1e-7, 1 - 1e-7)
+        theta = torch.acos(cos)
+        loss = F.cross_entropy(30 * torch.cos(theta + 0.5 * F.one_hot(y, 10)), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step, loss, params)
+
+
+def std_of_groups():
+    policy = torch.nn.Linear(4, 1)
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    for step in range(4):
+        obs, rewards = torch.randn(9, 4), torch.randn(9)
+        sizes = [4, 4, 1] if step == 2 else [3, 3, 3]
+        adv = torch.cat([(g - g.mean()) / (g.std() + 1e-4) for g in rewards.split(sizes)])
+        loss = -(adv * policy(obs).squeeze(-1)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step, loss, policy.parameters())
+
+
+def focal():
+    model = torch.nn.Linear(8, 5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randint(0, 5, (32,))
+    for step in range(4):
+        logits = model(x)
+        if step == 2:  # certain of every sample: p rounds to 1
+            logits = logits + 200.0 * F.one_hot(y, 5)
+        logp = F.log_softmax(logits, -1).gather(1, y[:, None]).squeeze(1)
+        loss = (-(1 - logp.exp()) ** 0.5 * logp).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step, loss, model.parameters())
+
+
+def bce_by_hand():
+    model = torch.nn.Linear(8, 1).half()
+    opt = torch.optim.SGD(model.parameters(), lr=2.0)
+    x = torch.randn(64, 8).half() * 10
+    y = (torch.rand(64, 1) > 0.5).half()
+    for step in range(3):
+        p = torch.sigmoid(model(x))
+        loss = -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step, loss, model.parameters())
+
+
+{"arcface": lambda: arcface(False), "arcface-clamped": lambda: arcface(True),
+ "std": std_of_groups, "focal": focal, "bce": bce_by_hand}[MODE]()

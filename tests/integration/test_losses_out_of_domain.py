@@ -1,0 +1,55 @@
+"""Hand-written losses that go NaN for a reason of their own, run under
+the preload: each diagnosis must name that reason and its fix, not fp16's
+range and not a mask's trap."""
+from conftest import PYTHON, SCRIPTS, plain_and_monitored, preload_run, view_json
+
+SCRIPT = SCRIPTS / "losses_out_of_domain.py"
+
+
+def diagnosed(out, mode, first_bad_step):
+    r = preload_run([PYTHON, SCRIPT, mode], out)
+    assert r.returncode == 0, r.stderr
+    assert f"step {first_bad_step} loss" in r.stdout and "weights finite False" in r.stdout, r.stdout
+    j = view_json(out)
+    return j["first_origin"], j["diagnosis"], " ".join(j["diagnosis"]["evidence"])
+
+
+def test_an_acos_past_its_domain_shows_the_input_past_1_and_no_where_trap(out):
+    first, d, evidence = diagnosed(out, "arcface", 2)
+    assert (first["op"], first["phase"], first["step"]) == ("aten::acos", "forward", 2), first
+    # Six digits would print 1.0000001 as 1, inside the domain.
+    assert "max|x|=1.00000012" in first["inputs"], first["inputs"]
+    assert d["kind"] == "invalid_math", d
+    assert "its gradient is NaN as well" in evidence, d
+    assert "torch.where or masked_fill that keeps" not in evidence, d
+    assert d["fixes"][0].startswith("clamp the argument into the domain"), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "arcface-clamped"], out.parent / "fixed")
+    # Its last digits vary with the thread count; that it is finite does not.
+    assert monitored.stdout.splitlines()[3].startswith("step 3 loss 13.1263"), monitored.stdout
+    assert monitored.stdout.splitlines()[3].endswith("weights finite True"), monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
+def test_a_std_over_one_sample_is_bessels_correction(out):
+    first, d, evidence = diagnosed(out, "std", 2)
+    assert (first["op"], first["step"], first["nan"]) == ("aten::std", 2, 1), first
+    assert "float32[1]" in first["inputs"], first["inputs"]
+    assert "Bessel's correction" in evidence, d
+    assert "correction=0" in d["fixes"][0], d["fixes"]
+
+
+def test_a_focal_losss_fractional_power_at_zero_is_its_derivative(out):
+    first, d, evidence = diagnosed(out, "focal", 2)
+    assert (first["op"], first["phase"], first["forward_op"], first["step"]) == (
+        "aten::pow", "backward", "aten::pow", 2), first
+    assert first["posinf"] > 0, first
+    assert "the derivative of aten::pow at 0 is infinite" in evidence, d
+    assert "(1 - p).clamp_min(eps) ** gamma" in d["fixes"][0], d["fixes"]
+
+
+def test_a_bce_by_hand_in_fp16_is_a_probability_rounded_to_1(out):
+    first, d, evidence = diagnosed(out, "bce", 0)
+    assert (first["op"], first["dtype"], first["step"]) == ("aten::log", "float16", 0), first
+    assert first["neginf"] > 0, first
+    assert "in float16 a probability rounds to exactly 1 from a logit of about 8.3" in evidence, d
+    assert "F.binary_cross_entropy_with_logits" in d["fixes"][0], d["fixes"]
