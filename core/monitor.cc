@@ -964,6 +964,11 @@ void Monitor::JudgeIterationWithoutUpdateLocked(Phase phase, bool grad_enabled,
   }
 }
 
+void Monitor::NoteGradientsReturned() {
+  absl::MutexLock lock(&mu_);
+  steps_.OnGradientsReturned();
+}
+
 void Monitor::RecordProgramSkipLocked(double now) {
   ++program_skips_;
   const int64_t step = steps_.OnUpdateSkipped();

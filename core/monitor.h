@@ -304,6 +304,9 @@ class Monitor {
   // in by then: the plugin delivers them first (when the program has read
   // a GPU value since, as a loss scaler that decides to skip must).
   bool JudgesIterationWithoutUpdate(Phase phase, bool grad_enabled, bool takes_grad_input) const;
+  // A backward op returned gradients to the program rather than into .grad
+  // (torch.func.grad's): StepTracker::OnGradientsReturned.
+  void NoteGradientsReturned();
 
   // A collective (c10d::allreduce_, broadcast_...) ran on these storages:
   // non-finite values found there later, made by no op of this process,

@@ -313,7 +313,7 @@ int64_t StepTracker::OnUpdateSkipped() {
 void StepTracker::OnGradientsKept() {
   // The next micro-batch: no fallback advance. After an update (a C++
   // optimizer that wrote them into the weights) it is the next step.
-  if (!updated_since_backward_) saw_backward_ = false;
+  if (!updated_since_backward_ && !gradients_returned_) saw_backward_ = false;
 }
 
 void StepTracker::OnOptimizerStepEnd(bool begin_next_now) {

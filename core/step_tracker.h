@@ -216,6 +216,11 @@ class StepTracker {
   // for the next micro-batch of gradient accumulation, and the fallback
   // does not begin a step.
   void OnGradientsKept();
+  // The program's backward passes return their gradients rather than add
+  // them into .grad (torch.func.grad, a JAX-style loop): no micro-batch
+  // keeps them, and each pass is an iteration of its own, even one whose
+  // non-finite gradients a hand-written update wrote into the weights.
+  void OnGradientsReturned() { gradients_returned_ = true; }
 
   // A program without optimizer records (C++) ran its update (ops with grad
   // mode off) after its last backward pass: the iteration is over, though
@@ -260,6 +265,7 @@ class StepTracker {
   bool post_backward_ = false;      // backward ran; no forward pass since
   bool update_ended_ = false;       // an optimizer record ended since backward
   bool updated_since_backward_ = false;  // an op with grad mode off since
+  bool gradients_returned_ = false;      // OnGradientsReturned
   int64_t tentative_ = 0;  // fallback advances without an update before them
   bool seen_update_ = false;  // an iteration ended with an update or a skip
   std::vector<Renumbering> renumberings_;  // not taken yet

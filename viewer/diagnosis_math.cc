@@ -406,10 +406,18 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
         f.phase == "optimizer"
             ? "; in the update, that is the gradients (Adam's second moment squares them)"
             : ""));
+    // In the forward pass the data may be what exploded (a batch scaled
+    // by mistake), not the weights that gradients grew.
     d.fixes.push_back(
-        "clip gradients before the update (torch.nn.utils.clip_grad_norm_(model.parameters(), "
-        "1.0)) and find where the values grow: the ops table's max|x| per step, or a lower "
-        "learning rate");
+        f.phase == "forward"
+            ? "find where the values grew: WOULD OVERFLOW and the ops table give each op's "
+              "max|x| by step (the batch itself, scaled or unnormalised by mistake, or weights "
+              "grown by earlier updates: then clip gradients, "
+              "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0), or lower the learning "
+              "rate)"
+            : "clip gradients before the update (torch.nn.utils.clip_grad_norm_(model."
+              "parameters(), 1.0)) and find where the values grow: the ops table's max|x| per "
+              "step, or a lower learning rate");
   }
   if (singular != nullptr) d.fixes.push_back(singular->fix);
   d.fixes.push_back(

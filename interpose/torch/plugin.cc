@@ -561,6 +561,27 @@ std::vector<c10::IValue> WithoutOutput(const std::vector<c10::IValue>& returned,
   return outputs;
 }
 
+// Whether `outputs` hold a tensor whose values are another's
+// (WithoutOwnMemory).
+bool ReturnsWrappers(const std::vector<c10::IValue>& outputs) {
+  for (const c10::IValue& v : outputs) {
+    if (v.isTensor() && v.toTensor().defined() && WithoutOwnMemory(v.toTensor())) return true;
+  }
+  return false;
+}
+
+// Whether `outputs` hold a tensor of torch.func.grad's, whose backward
+// pass returns gradients to the program, not into .grad.
+bool ReturnsGradTransformWrappers(const std::vector<c10::IValue>& outputs) {
+  for (const c10::IValue& v : outputs) {
+    if (v.isTensor() && v.toTensor().defined() &&
+        v.toTensor().key_set().has(c10::DispatchKey::FuncTorchGradWrapper)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Whether the op of `frame` is judged by what it returns at its end: an
 // operator that computes (not a record named by a string, as an
 // autograd.Function's apply or a torch.compile region are, with no outputs;
@@ -709,7 +730,22 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
                traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
                                              : CacheUse::kRemember,
                frame.cache_mark, ts.output_facts, ts.output_tensors);
-  if (ts.output_facts.empty()) return;
+  if (ts.output_facts.empty()) {
+    // Wrappers hold no values of their own (torch.func's, a tensor
+    // subclass's): the ops they redispatch to, nested in this one, are
+    // checked. At the top it still moves the step tracker, as a composite
+    // op does: torch.func.grad's backward pass is made of such ops alone,
+    // and without them no iteration of a torch.func loop ever ended.
+    if (call.top_level && ReturnsWrappers(outputs)) {
+      if (call.phase == Phase::kBackward && ReturnsGradTransformWrappers(outputs)) {
+        monitor.NoteGradientsReturned();
+      }
+      monitor.NoteLateOp(call.phase, call.grad_enabled, call.takes_grad_input,
+                         /*top_level=*/true, [] { return NonFiniteStillHeld(false); },
+                         /*result_follows=*/false);
+    }
+    return;
+  }
   if (!traits.written_not_returned.empty()) {
     NameWrittenNotReturned(frame.inputs, traits, ts.output_tensors, ts.output_facts);
   }

@@ -588,6 +588,12 @@ TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
       << ::testing::PrintToString(d.evidence);
   EXPECT_TRUE(absl::StartsWith(d.fixes[0], "clip gradients before the update"))
       << ::testing::PrintToString(d.fixes);
+  // In the forward pass the batch itself may have exploded: no gradient
+  // clipping first.
+  s.first_origin->phase = "forward";
+  d = Diagnose(s);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "find where the values grew"))
+      << ::testing::PrintToString(d.fixes);
 
   // Inputs within range: no such claim.
   s.first_origin->inputs = "#0 float32[8, 16] max|x|=3e+18; #1 float32[8, 16] max|x|=inf";

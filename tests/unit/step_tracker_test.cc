@@ -172,6 +172,21 @@ TEST(StepTracker, KeptGradientsOfAMicroBatchBeginNoStep) {
   EXPECT_EQ(t.step(), 1);
 }
 
+TEST(StepTracker, ReturnedGradientsAreNoMicroBatch) {
+  StepTracker t;
+  // torch.func.grad, then params - lr * g with grad mode on: the non-finite
+  // gradients the update wrote into the new parameters are still held, but
+  // no .grad keeps them for a next micro-batch.
+  t.OnOp(Phase::kForward, true, true);
+  t.OnGradientsReturned();
+  t.OnOp(Phase::kBackward, true, true);
+  t.OnOp(Phase::kForward, true, false);
+  ASSERT_TRUE(t.AtIterationWithoutUpdate(Phase::kForward, true, true));
+  t.OnGradientsKept();
+  EXPECT_TRUE(t.OnOp(Phase::kForward, true, true));
+  EXPECT_EQ(t.step(), 1);
+}
+
 TEST(StepTracker, MicroBatchesBeforeTheFirstOptimizerStepAreOneStep) {
   StepTracker t;
   // Three micro-batches, then torch.optim's first step record.
