@@ -285,7 +285,7 @@ OpWrites WritesOf(const at::RecordFunction& fn, const OpTraits& traits) {
     return writes;
   }
   if (!traits.writes) return writes;
-  const auto inputs = fn.inputs();
+  const auto inputs = OwnArguments(fn, traits);
   auto add = [&](const at::Tensor& t) {
     if (!t.defined() || !t.has_storage() || WithoutOwnMemory(t)) return;
     writes.ranges.push_back(MemoryOf(t.storage()));

@@ -389,6 +389,10 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
         absl::StartsWith(fn.name(), "aten::_foreach_");
     const c10::FunctionSchema& schema = traits.handle->schema();
     const auto& args = schema.arguments();
+    if (!schema.is_vararg() && !schema.is_varret()) {
+      traits.arguments = static_cast<int>(args.size());
+      traits.returns = static_cast<int>(schema.returns().size());
+    }
     // as_strided_, squeeze_, transpose_...: they change a tensor's sizes,
     // not its values, so they are views (max and median squeeze_ their
     // result buffer before writing it: checking that read garbage).
@@ -449,6 +453,25 @@ void CountUnchecked(const OutputOwner& owner, UncheckedReason why, bool on_devic
   if (why == UncheckedReason::kGraphCapture) return;
   g_unchecked.fetch_add(1, std::memory_order_relaxed);
   if (on_device) g_unchecked_devices.fetch_or(1u, std::memory_order_relaxed);
+}
+
+c10::ArrayRef<const c10::IValue> OwnArguments(const at::RecordFunction& fn,
+                                              const OpTraits& traits) {
+  const c10::ArrayRef<const c10::IValue> recorded = fn.inputs();
+  if (traits.arguments < 0 || recorded.size() <= static_cast<size_t>(traits.arguments)) {
+    return recorded;
+  }
+  return recorded.slice(recorded.size() - traits.arguments);
+}
+
+const std::vector<c10::IValue>& OwnReturns(const at::RecordFunction& fn, const OpTraits& traits,
+                                           std::vector<c10::IValue>& storage) {
+  const std::vector<c10::IValue>& recorded = fn.outputs();
+  if (traits.returns < 0 || recorded.size() <= static_cast<size_t>(traits.returns)) {
+    return recorded;
+  }
+  storage.assign(recorded.end() - traits.returns, recorded.end());
+  return storage;
 }
 
 bool CopiedFromGpuLater(const std::vector<c10::IValue>& inputs, const OpTraits& traits) {

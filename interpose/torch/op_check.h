@@ -58,10 +58,27 @@ struct OpTraits {
   bool reads_on_host = false;  // _local_scalar_dense, copy_: may wait for a GPU (ReadsDeviceOnHost)
   uint64_t generation = 0;     // of the live settings fp32_listed was read from
   std::optional<c10::OperatorHandle> handle;
+  // Its schema's argument and return counts; -1 without a schema or for a
+  // vararg one (OwnArguments, OwnReturns).
+  int arguments = -1;
+  int returns = -1;
 };
 // The traits of `fn`'s op. The reference stays valid for the thread's life
 // (an op's frame keeps it from its start to its end).
 const OpTraits& TraitsOf(const at::RecordFunction& fn);
+
+// What RecordFunction recorded of the op's own arguments, and of its own
+// returns. A boxed call records its whole stack, before the call and after
+// it (Dispatcher::callBoxed), and torch.func's transforms call an op boxed
+// on a stack that still holds the wrapped arguments beneath the unwrapped
+// ones: the op's own are the stack's last. Without trimming, a wrapper is
+// read as an argument (an origin's input "#0 (not checked)"), an argument
+// index points at the wrong value, and what is left below the returns is
+// checked as an output. `storage` holds trimmed returns.
+c10::ArrayRef<const c10::IValue> OwnArguments(const at::RecordFunction& fn,
+                                              const OpTraits& traits);
+const std::vector<c10::IValue>& OwnReturns(const at::RecordFunction& fn, const OpTraits& traits,
+                                           std::vector<c10::IValue>& storage);
 
 // How a check may use this thread's cache of recent results (op_check.cc).
 enum class CacheUse {

@@ -621,13 +621,15 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   // One that returns tensors and writes others (batch norm's running
   // statistics) has both for outputs.
   // A workspace among its outputs (_ctc_loss's log_alpha) is left out.
+  std::vector<c10::IValue> trimmed;
+  const std::vector<c10::IValue>& returned = OwnReturns(fn, traits, trimmed);
   const std::vector<c10::IValue> written =
-      fn.outputs().empty() ? WrittenArguments(frame.name, frame.inputs, traits)
-      : traits.workspace_output >= 0 ? WithoutOutput(fn.outputs(), traits.workspace_output)
+      returned.empty() ? WrittenArguments(frame.name, frame.inputs, traits)
+      : traits.workspace_output >= 0 ? WithoutOutput(returned, traits.workspace_output)
       : traits.written_not_returned.empty()
           ? std::vector<c10::IValue>()
-          : WithWrittenNotReturned(fn.outputs(), frame.inputs, traits);
-  const std::vector<c10::IValue>& outputs = written.empty() ? fn.outputs() : written;
+          : WithWrittenNotReturned(returned, frame.inputs, traits);
+  const std::vector<c10::IValue>& outputs = written.empty() ? returned : written;
 
   const char* top_op = nullptr;
   const char* forward_op = nullptr;
@@ -1019,7 +1021,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         f.autocast_on = Session::Get()->live().fp32_in_use.load(std::memory_order_relaxed) &&
                         (at::autocast::is_autocast_enabled(at::kCPU) ||
                          at::autocast::is_autocast_enabled(at::kCUDA));
-        const auto inputs = fn.inputs();
+        const auto inputs = OwnArguments(fn, traits);
         // Kept for the op's end, views' too: a view's end needs none, but
         // letting go of them here can make torch's boxed copy the last
         // C++ reference of a Python-held input, whose release then takes

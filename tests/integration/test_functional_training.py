@@ -17,6 +17,11 @@ def test_each_grad_call_is_a_step_and_the_origin_is_at_its_iteration(out):
     first = j["first_origin"]
     assert (first["op"], first["phase"], first["step"]) == ("aten::pow", "forward", 3), first
     assert first["source"].endswith("functional_training.py:17 in loss_fn"), first["source"]
+    # Its input, the difference the exploded batch made. Before: the
+    # wrapper grad() passed at the top, "#0 float32[16, 1] (not checked)",
+    # and the value as "#2" (a boxed call records its whole stack, where
+    # torch.func leaves the wrapped arguments beneath the unwrapped ones).
+    assert first["inputs"] == "#0 float32[16, 1] max|x|=3.39483e+29", first["inputs"]
     d = j["diagnosis"]
     assert d["kind"] == "invalid_math", d
     # The batch exploded, not the gradients: clipping is not the first fix.
