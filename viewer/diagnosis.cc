@@ -340,9 +340,14 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
         "are then summed in fp32"));
   }
   d.fixes.push_back(
-      "use loss scaling with skipping: torch.amp.GradScaler, or "
-      "NANHUNT_SKIP_NONFINITE_STEPS=1 now, so a bad step is skipped instead "
-      "of writing NaN into the weights");
+      s.fp16_updates
+          ? "skip the steps whose gradients are not finite: NANHUNT_SKIP_NONFINITE_STEPS=1 "
+            "now; torch.amp.GradScaler, which skips them in code, refuses the fp16 "
+            "gradients of a model.half() model (\"Attempting to unscale FP16 gradients\"): "
+            "keep fp32 weights under autocast to use it"
+          : "use loss scaling with skipping: torch.amp.GradScaler, or "
+            "NANHUNT_SKIP_NONFINITE_STEPS=1 now, so a bad step is skipped instead "
+            "of writing NaN into the weights");
   if (absl::StrContains(f.forward_op, "::")) {
     d.fixes.push_back(absl::StrCat("run ", f.forward_op,
                                    " in fp32 (its backward then runs in fp32): "
@@ -355,10 +360,11 @@ Diagnosis BackwardOverflow(const RunSummary& s, const FindingRow& f) {
         "with @torch.amp.custom_bwd(device_type=...), or compute its backward from "
         "grad.float()"));
   }
-  d.fixes.push_back(
-      "or bf16 autocast (NANHUNT_AUTOCAST_DTYPE=bf16); and clip gradients "
-      "(torch.nn.utils.clip_grad_norm_) or lower the learning rate if "
-      "gradients keep growing");
+  d.fixes.push_back(absl::StrCat(
+      s.fp16_updates ? "or train in bf16: model.bfloat16() instead of model.half()"
+                     : "or bf16 autocast (NANHUNT_AUTOCAST_DTYPE=bf16)",
+      "; and clip gradients (torch.nn.utils.clip_grad_norm_) or lower the learning rate if "
+      "gradients keep growing"));
   return d;
 }
 
@@ -533,15 +539,23 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
           " fp16 values in the backward pass are so small that fp16 flushes them "
           "toward zero: updates vanish and the loss plateaus"));
       AddScalerEvidence(s, skips, d);
+      // GradScaler refuses a model.half() model's fp16 gradients.
       d.fixes.push_back(
-          skips.decided == 0
-              ? "scale the loss: torch.amp.GradScaler multiplies it (by 65536 "
-                "to start) so small gradients stay representable"
-              : "the scaler's scale is too small for these gradients: raise "
-                "init_scale or growth_factor");
-      d.fixes.push_back(
-          "or bf16 autocast (NANHUNT_AUTOCAST_DTYPE=bf16), whose range goes "
-          "down to 1e-38");
+          skips.decided > 0
+              ? "the scaler's scale is too small for these gradients: raise "
+                "init_scale or growth_factor"
+          : s.fp16_updates
+              ? "scale the loss by hand, (loss * 1024).backward(), and divide the "
+                "gradients by 1024 before the update: torch.amp.GradScaler refuses the "
+                "fp16 gradients of a model.half() model (\"Attempting to unscale FP16 "
+                "gradients\"); or keep fp32 weights under autocast, with a GradScaler"
+              : "scale the loss: torch.amp.GradScaler multiplies it (by 65536 "
+                "to start) so small gradients stay representable");
+      d.fixes.push_back(s.fp16_updates
+                            ? "or train in bf16, whose range goes down to 1e-38: "
+                              "model.bfloat16() instead of model.half()"
+                            : "or bf16 autocast (NANHUNT_AUTOCAST_DTYPE=bf16), whose range "
+                              "goes down to 1e-38");
       return d;
     }
   }

@@ -71,6 +71,19 @@ def test_tiny_gradients_in_bf16_are_no_underflow_but_a_forecast(out):
     assert backward["fp16_elements"] == 0 and backward["underflow"] > 0, backward
 
 
+def test_underflow_in_a_half_model_is_no_gradscaler_advice(out):
+    # model.half(): GradScaler refuses its fp16 gradients ("Attempting to
+    # unscale FP16 gradients"), yet it was the first fix, and bf16 autocast
+    # the second, for a model that runs no autocast.
+    r = preload_run([PYTHON, SCRIPTS / "vanishing_gradients.py", "half"], out)
+    assert r.returncode == 0, r.stderr
+    d = view_json(out)["diagnosis"]
+    assert d["kind"] == "underflow", d
+    assert d["fixes"][0].startswith("scale the loss by hand, (loss * 1024).backward()"), d
+    assert d["fixes"][1] == ("or train in bf16, whose range goes down to 1e-38: "
+                             "model.bfloat16() instead of model.half()"), d
+
+
 def test_gradients_a_gradscaler_scales_near_the_limit_are_no_warning(out, tmp_path):
     # GradScaler scales the gradients up to fp16's limit on purpose (it grows
     # its scale until they overflow, then skips that step): the run was

@@ -47,6 +47,31 @@ RunSummary ProgramScaler(int64_t steps, std::vector<int64_t> skipped) {
   return s;
 }
 
+TEST(Diagnosis, AHalfModelsGradientOverflowIsNoGradScalerAdvice) {
+  // GradScaler refuses a model.half() model's fp16 gradients, and
+  // NANHUNT_AUTOCAST_DTYPE changes no autocast such a model runs.
+  RunSummary s;
+  s.steps = 5;
+  s.first_origin = BackwardOrigin(2);
+  s.nonfinite_steps = s.nonfinite_steps_kept = {2, 3, 4};
+  s.fp16_updates = true;
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "backward_overflow");
+  EXPECT_TRUE(absl::StartsWith(d.fixes.front(), "skip the steps whose gradients are not "
+                                                "finite: NANHUNT_SKIP_NONFINITE_STEPS=1 now"))
+      << d.fixes.front();
+  EXPECT_TRUE(absl::StartsWith(d.fixes.back(),
+                               "or train in bf16: model.bfloat16() instead of model.half()"))
+      << d.fixes.back();
+
+  s.fp16_updates = false;  // fp32 weights under autocast
+  d = Diagnose(s);
+  EXPECT_TRUE(absl::StartsWith(d.fixes.front(), "use loss scaling with skipping: "
+                                                "torch.amp.GradScaler"))
+      << d.fixes.front();
+  EXPECT_TRUE(absl::StartsWith(d.fixes.back(), "or bf16 autocast")) << d.fixes.back();
+}
+
 TEST(Diagnosis, TheProgramsScalerSettlingThenSkippingRarelyIsHealthy) {
   RunSummary s = ProgramScaler(30, {0, 1, 2, 3, 4, 5, 6, 11, 16, 21, 26});
   EXPECT_EQ(StepsTheScalerHandled(s, SkipsOf(s)), 7);
