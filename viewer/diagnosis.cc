@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "core/check_limits.h"
 #include "viewer/diagnosis_buffers.h"
+#include "viewer/diagnosis_growth.h"
 #include "viewer/diagnosis_loaded_state.h"
 #include "viewer/diagnosis_math.h"
 #include "viewer/diagnosis_update.h"
@@ -292,6 +293,8 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
         "square in fp32: x.float().pow(2).mean(), as LLaMA's RMSNorm does (fp16 squares "
         "pass 65504 from |x| = 256 on), or torch.linalg.vector_norm and F.rms_norm, "
         "which accumulate in fp32");
+  } else if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {
+    d.fixes.push_back(exp_fix);
   } else if (IsReduction(f.op) || IsReduction(op)) {
     d.fixes.push_back(
         "use a library function that subtracts the max or accumulates in fp32 "
@@ -455,6 +458,9 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     if (s.program_skipped_steps.empty() && s.given_up_steps.empty()) {
       if (auto dropped = DroppedWithinSteps(s, f)) return *dropped;
     }
+    // Whatever op overflowed first in a diverging run, more range for it
+    // only postpones the NaN.
+    if (auto diverged = Diverged(s, f)) return *diverged;
     // A matmul beside a mask (baddbmm) that made +inf overflowed: its
     // fp32 recomputation is not finite either, for the mask's -inf.
     const bool overflowed_beside_mask = FromMask(f) && IsMatmul(f.op) && f.posinf > 0;

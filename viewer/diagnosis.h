@@ -15,8 +15,9 @@ struct Diagnosis {
   // forward_overflow, backward_overflow, invalid_math, nonfinite_input,
   // unchecked_maker (sample mode: an input whose maker went unchecked),
   // skipped_steps, underflow, fp16_optimizer_state, fp16_gradient_norm,
-  // fp16_running_statistics, healthy (and received, for a rank that only
-  // got inf/NaN from others).
+  // fp16_running_statistics, diverged (the updates grew step after step
+  // until something overflowed), healthy (and received, for a rank that
+  // only got inf/NaN from others).
   std::string kind;
   std::string title;                  // one line for a newcomer
   std::string op;                     // the op it is about, if any

@@ -3,10 +3,13 @@
 #include <cmath>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/check_limits.h"
+#include "viewer/diagnosis_growth.h"
 
 namespace nanhunt {
 namespace {
@@ -44,8 +47,9 @@ const Singularity kSingularities[] = {
     {{"aten::div", "aten::div_", "aten::reciprocal", "aten::rsqrt", "aten::true_divide",
       "aten::remainder", "aten::fmod"},
      "a division by 0 is inf (0/0 is NaN)",
-     "keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps)), or mask "
-     "the entries where it is 0",
+     "keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps); a normalisation "
+     "by hand, x / x.norm(dim=-1, keepdim=True), is F.normalize(x, dim=-1), which clamps "
+     "the norm at eps), or mask the entries where it is 0",
      {"aten::rsqrt"}},
     // pow's +inf is a square past 65504: an overflow, not this.
     {{"aten::sqrt", "aten::pow", "aten::float_power"},
@@ -231,7 +235,6 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
   d.fixes.push_back(
       "or mask with a large negative number (torch.finfo(dtype).min) instead "
       "of -inf: finite, it cannot turn into inf or NaN");
-  (void)s;
   return d;
 }
 
@@ -245,6 +248,30 @@ bool MaskedOutputsGradientIsNan(const RunSummary& s, const FindingRow& f) {
   return f.phase == "forward" && (f.posinf > 0 || f.neginf > 0) && s.first_origin_gradient &&
          s.first_origin_gradient->nan > 0 && s.first_origin_gradient->posinf == 0 &&
          s.first_origin_gradient->neginf == 0;
+}
+
+// Whether forward origin `f` is the log of x * log(x) at x = 0 (an
+// entropy's or a KL divergence's term): a log that made -inf, whose next
+// op is a mul of it and of the very tensor the log read (described the
+// same: dtype, shape and counts) that made NaN of each -inf.
+bool XLogXAtZero(const RunSummary& s, const FindingRow& f) {
+  const absl::string_view op = absl::StripSuffix(f.op, "_");
+  if (f.phase != "forward" || f.neginf == 0 || !s.first_origin_consumer ||
+      (op != "aten::log" && op != "aten::log2" && op != "aten::log10")) {
+    return false;
+  }
+  // Every -inf became NaN, and nothing else did: each was multiplied by
+  // 0, as x is where log(x) is -inf. (A BCE by hand, (1 - y) * log(1 - p),
+  // keeps the -inf where y is 0.)
+  const FindingRow& next = *s.first_origin_consumer;
+  if (absl::StripSuffix(next.op, "_") != "aten::mul" || next.nan != f.neginf ||
+      next.posinf != 0 || next.neginf != 0) {
+    return false;
+  }
+  // "#0 float32[32, 6] max|x|=1": the log's one input, without its index.
+  const size_t space = f.inputs.find(' ');
+  if (space == std::string::npos || f.inputs.find(';') != std::string::npos) return false;
+  return absl::StrContains(next.inputs, absl::string_view(f.inputs).substr(space));
 }
 
 // Whether `f`, a forward origin that made NaN alone (an argument outside
@@ -299,6 +326,26 @@ const SteepAtZero* SteepAtZeroGradient(const FindingRow& f) {
 bool Fp16RangeOverflow(const FindingRow& f) {
   return f.dtype == "float16" && f.fp32_max_abs && std::isfinite(*f.fp32_max_abs) &&
          *f.fp32_max_abs > kFp16Max;
+}
+
+std::string ExponentialFix(const FindingRow& f) {
+  const absl::string_view op = absl::StripSuffix(f.op, "_");
+  const bool base2 = op == "aten::exp2";
+  if (op != "aten::exp" && op != "aten::expm1" && !base2) return "";
+  // ln (or log2) of the format's largest finite value: past it, inf.
+  const double largest = f.dtype == "float16"  ? kFp16Max
+                         : f.dtype == "float64" ? 1.7976931348623157e308
+                                                : 3.4028234663852886e38;
+  const double limit = base2 ? std::log2(largest) : std::log(largest);
+  const std::optional<double> input = LargestFiniteInput(f);
+  return absl::StrCat(
+      absl::StripPrefix(op, "aten::"), " passes ", f.dtype, "'s range from x = ",
+      absl::StrFormat("%.2f", limit), " on",
+      input ? absl::StrCat(" (here its input reached |x| = ", absl::SixDigits(*input), ")") : "",
+      ": a softmax or log-sum-exp by hand wants F.softmax, torch.logsumexp or "
+      "F.log_softmax, which subtract the max first; log(1 + exp(x)) is F.softplus; the "
+      "exp of a log-variance or log-scale (a VAE's logvar, a policy's log_std) wants its "
+      "argument clamped first, logvar.clamp(max=10).exp()");
 }
 
 bool AllDroppedWithinSteps(const RunSummary& s) {
@@ -361,7 +408,22 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const std::string rounded = ProbabilitiesRoundedToEdges(singular, f);
   if (!rounded.empty()) d.evidence.push_back(rounded);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
-  if (MaskedOutputsGradientIsNan(s, f)) {
+  if (XLogXAtZero(s, f)) {
+    // No mask: the mul's gradient into the log is x, 0 there, and the
+    // log's backward divides it by x.
+    const FindingRow& next = *s.first_origin_consumer;
+    d.evidence.push_back(absl::StrCat(
+        "the next op, ", next.op, ", multiplied it by the log's own argument: x * log(x) (an "
+        "entropy's or a KL divergence's term) is 0 x -inf = NaN where x is 0 (", next.dtype,
+        " NaN=", next.nan, " of ", next.elements, "). Its limit at 0 is 0, but neither it "
+        "nor its gradient, which divides 0 by x, is finite there"));
+    d.fixes.push_back(
+        "compute it from the logits, in log space: logp = F.log_softmax(logits, dim=-1); "
+        "entropy = -(logp.exp() * logp).sum(-1), as torch.distributions.Categorical("
+        "logits=logits).entropy() does (a KL divergence: F.kl_div(logq, logp, "
+        "log_target=True)); torch.special.entr and xlogy are 0 at 0, but their gradients "
+        "there are NaN still");
+  } else if (MaskedOutputsGradientIsNan(s, f)) {
     const FindingRow& g = *s.first_origin_gradient;
     d.evidence.push_back(absl::StrCat(
         "its gradient is NaN: ", g.op, " (backward of ", f.op, ") gave ", g.dtype,
@@ -407,8 +469,13 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
             ? "; in the update, that is the gradients (Adam's second moment squares them)"
             : ""));
     // In the forward pass the data may be what exploded (a batch scaled
-    // by mistake), not the weights that gradients grew.
-    d.fixes.push_back(
+    // by mistake), not the weights that gradients grew: the updates'
+    // growth before it tells which, where the trace has them.
+    if (const std::optional<UpdateGrowth> growth = UpdatesBefore(s, f)) {
+      d.evidence.push_back(growth->evidence);
+      d.fixes.push_back(growth->fix);
+    } else {
+      d.fixes.push_back(
         f.phase == "forward"
             ? "find where the values grew: WOULD OVERFLOW and the ops table give each op's "
               "max|x| by step (the batch itself, scaled or unnormalised by mistake, or weights "
@@ -418,12 +485,15 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
             : "clip gradients before the update (torch.nn.utils.clip_grad_norm_(model."
               "parameters(), 1.0)) and find where the values grow: the ops table's max|x| per "
               "step, or a lower learning rate");
+    }
   }
   if (singular != nullptr) d.fixes.push_back(singular->fix);
+  if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {
+    d.fixes.push_back(exp_fix);
+  }
   d.fixes.push_back(
       "look at the inputs at that step for zeros, negative numbers or huge "
       "values (NANHUNT_ON_NONFINITE=raise with NANHUNT_SNAPSHOT_DIR saves them)");
-  (void)s;
   return d;
 }
 

@@ -34,6 +34,12 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
 // 65504: values the computation meant, out of fp16's range.
 bool Fp16RangeOverflow(const FindingRow& f);
 
+// The fix for an exponential (exp, exp2, expm1) whose outputs overflowed
+// `f.dtype`: where its argument passes that format's range, and what keeps
+// the argument in it (a softmax's max subtracted, softplus, a clamped
+// log-variance). Empty for other ops.
+std::string ExponentialFix(const FindingRow& f);
+
 // Whether every step with inf/NaN had them all freed by its optimizer
 // step's end (and every output was checked): no weight took any.
 bool AllDroppedWithinSteps(const RunSummary& s);

@@ -55,24 +55,50 @@ void FillLaterForwardLines(const std::vector<Trace>& traces, RunSummary& s) {
   }
 }
 
-// RunSummary::first_origin_gradient.
-void FillFirstOriginGradient(const std::vector<Trace>& traces, RunSummary& s) {
+// Calls `visit(first, f)` for each finding `f` of the first origin's
+// trace, when that origin `first` is an op's in the forward pass.
+template <typename Visit>
+void ForEachBesideForwardOrigin(const std::vector<Trace>& traces, const RunSummary& s,
+                                Visit visit) {
   if (!s.first_origin || s.first_origin->phase != "forward" ||
       s.first_origin->kind != "origin") {
     return;
   }
-  const FindingRow& first = *s.first_origin;
   for (const Trace& t : traces) {
     if (t.path != s.first_origin_trace) continue;
-    for (const FindingRow& f : t.findings) {
-      if (f.kind == "origin" && f.phase == "backward" && f.step == first.step &&
-          (f.forward_op == first.op || (!first.top_op.empty() && f.forward_op == first.top_op)) &&
-          !Before(f, first) &&
-          (!s.first_origin_gradient || Before(f, *s.first_origin_gradient))) {
-        s.first_origin_gradient = f;
-      }
-    }
+    for (const FindingRow& f : t.findings) visit(*s.first_origin, f);
   }
+}
+
+// RunSummary::first_origin_consumer.
+void FillFirstOriginConsumer(const std::vector<Trace>& traces, RunSummary& s) {
+  ForEachBesideForwardOrigin(traces, s, [&](const FindingRow& first, const FindingRow& f) {
+    if (f.kind == "propagated" && f.phase == "forward" && f.step == first.step &&
+        f.thread == first.thread && f.call_index > first.call_index &&
+        (!s.first_origin_consumer || f.call_index < s.first_origin_consumer->call_index)) {
+      s.first_origin_consumer = f;
+    }
+  });
+}
+
+// RunSummary::first_origin_phase_steps.
+void FillFirstOriginPhaseSteps(const std::vector<Trace>& traces, RunSummary& s) {
+  if (!s.first_origin) return;
+  for (const Trace& t : traces) {
+    if (t.path == s.first_origin_trace) s.first_origin_phase_steps = t.phase_steps;
+  }
+}
+
+// RunSummary::first_origin_gradient.
+void FillFirstOriginGradient(const std::vector<Trace>& traces, RunSummary& s) {
+  ForEachBesideForwardOrigin(traces, s, [&](const FindingRow& first, const FindingRow& f) {
+    if (f.kind == "origin" && f.phase == "backward" && f.step == first.step &&
+        (f.forward_op == first.op || (!first.top_op.empty() && f.forward_op == first.top_op)) &&
+        !Before(f, first) &&
+        (!s.first_origin_gradient || Before(f, *s.first_origin_gradient))) {
+      s.first_origin_gradient = f;
+    }
+  });
 }
 
 // max |x| relative to fp16's limit: "82%", or "3.2x" / "1.1e+07x" past it.
@@ -486,6 +512,8 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
   FillLaterForwardLines(traces, s);
   FillFirstOriginGradient(traces, s);
+  FillFirstOriginPhaseSteps(traces, s);
+  FillFirstOriginConsumer(traces, s);
   return s;
 }
 

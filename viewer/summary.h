@@ -34,12 +34,19 @@ struct RunSummary {
   // the first origin's op (LogBackward's 0/0 after a torch.where kept
   // log(0)'s -inf out of the loss).
   std::optional<FindingRow> first_origin_gradient;
+  // A forward first origin's next op: the first propagated finding after
+  // it in its step and thread, the op that computed with its inf/NaN
+  // first (the mul of p * log(p), which turns log(0)'s -inf into NaN).
+  std::optional<FindingRow> first_origin_consumer;
   // A backward first origin whose forward op's line was not captured (the
   // monitor captures it from the finding on): the lines later findings of
   // the same backward op and forward op had, at most three, and the step
   // of the first of them.
   std::vector<std::string> first_origin_later_lines;
   int64_t first_origin_later_lines_step = -1;
+  // The first origin's trace's outputs per step and phase up to its step
+  // (Trace::phase_steps): whether the updates grew before it.
+  std::vector<PhaseStep> first_origin_phase_steps;
   std::string first_origin_rank;  // under torchrun: the rank it began on
   // Per rank (torchrun): each rank's first non-finite finding, including
   // "received" (arrived through a collective from another rank).

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/op_policy.h"
 #include "core/trace_schema.h"
 #include "core/unchecked_outputs.h"
 #include "viewer/run_groups.h"
@@ -259,6 +260,30 @@ void NoteCount(Trace& t, const char* key, absl::string_view what, absl::string_v
       absl::StrCat(it->second, what, ops.empty() ? "" : " (" + ops + ")", then));
 }
 
+// Trace::phase_steps, read after the findings. GradScaler's scale, an
+// optimizer output that doubles as it grows, is no value of the model.
+void ReadPhaseSteps(sqlite3* db, const std::string& mask_column, Trace& t) {
+  std::optional<int64_t> origin_step;
+  for (const FindingRow& f : t.findings) {
+    if (f.kind == "origin" && (!origin_step || f.step < *origin_step)) origin_step = f.step;
+  }
+  if (!origin_step) return;
+  const std::string sql = absl::StrCat(
+      "SELECT step, phase, MAX(CASE WHEN nan + posinf + neginf = 0 THEN max_abs ELSE 0 END),"
+      " SUM(nan + posinf + neginf) FROM op_stats WHERE step <= ", *origin_step, " AND ",
+      mask_column, " = 0 AND op != '", kScalerUpdate, "' GROUP BY step, phase ORDER BY step");
+  Query(db, "op_stats", sql.c_str(),
+        [&](sqlite3_stmt* s) {
+          PhaseStep p;
+          p.step = sqlite3_column_int64(s, 0);
+          p.phase = Text(s, 1);
+          p.max_abs = sqlite3_column_double(s, 2);
+          p.nonfinite = sqlite3_column_int64(s, 3);
+          t.phase_steps.push_back(std::move(p));
+        },
+        t.problems);
+}
+
 }  // namespace
 
 absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
@@ -358,6 +383,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
           },
           t.problems);
   }
+  ReadPhaseSteps(db, mask_column, t);
   Query(db, "steps",
         "SELECT step, SUM(ops), SUM(nonfinite_ops), SUM(origins), "
         "MAX(max_abs), MIN(started), MAX(ended) FROM steps GROUP BY step "

@@ -40,6 +40,17 @@ struct OpStep {
   bool mask = false;  // its mask calls (OpTotals::mask)
 };
 
+// One phase's outputs in one step: the largest finite |x| (0 when none)
+// and how many were inf/NaN, over every op but masks. How the values grew
+// up to an origin: the updates' step by step tells a diverging training
+// from a batch that jumped.
+struct PhaseStep {
+  int64_t step = 0;
+  std::string phase;
+  double max_abs = 0;
+  int64_t nonfinite = 0;
+};
+
 struct Trace {
   std::string path;
   std::map<std::string, std::string> meta;
@@ -63,6 +74,9 @@ struct Trace {
   // The step the process ended in mid-iteration (events kUnfinishedStep).
   std::vector<int64_t> unfinished_steps;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
+  // Per step and phase, ordered by step, up to the step of the trace's
+  // first origin (none without one: a healthy trace is not scanned again).
+  std::vector<PhaseStep> phase_steps;
   std::vector<std::string> problems;  // what could not be read, and why
 };
 

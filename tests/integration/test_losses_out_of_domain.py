@@ -53,3 +53,30 @@ def test_a_bce_by_hand_in_fp16_is_a_probability_rounded_to_1(out):
     assert first["neginf"] > 0, first
     assert "in float16 a probability rounds to exactly 1 from a logit of about 8.3" in evidence, d
     assert "F.binary_cross_entropy_with_logits" in d["fixes"][0], d["fixes"]
+    assert "x * log(x)" not in evidence, d  # (1 - y) * log(1 - p) keeps -inf where y is 0
+
+
+def test_an_entropy_by_hand_is_x_log_x_at_zero_and_computed_from_the_logits(out):
+    # -(p * p.log()): softmax probabilities of exactly 0, log(0) = -inf,
+    # 0 * -inf = NaN. It said "its gradient is NaN: a torch.where or
+    # masked_fill ...", of a program without either, and advised the
+    # "double where".
+    script = SCRIPTS / "entropy_by_hand.py"
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    assert "step 2 entropy nan" in r.stdout, r.stdout
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["step"], first["neginf"]) == ("aten::log", 2, 24), first
+    assert d["kind"] == "invalid_math", d
+    evidence = " ".join(d["evidence"])
+    assert "the next op, aten::mul, multiplied it by the log's own argument: x * log(x)" in \
+        evidence, d
+    assert "(float32 NaN=24 of 192)" in evidence, d
+    assert "torch.where or masked_fill" not in evidence, d
+    assert d["fixes"][0].startswith("compute it from the logits, in log space"), d["fixes"]
+    # The fix it names: healthy, and the same entropies up to step 2.
+    monitored, _ = plain_and_monitored([PYTHON, script, "logits"], out.parent / "fixed")
+    assert monitored.stdout.splitlines()[:2] == r.stdout.splitlines()[:2], monitored.stdout
+    assert "nan" not in monitored.stdout, monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None

@@ -391,6 +391,33 @@ RunSummary NanLossRun(int64_t steps, const char* op, const char* top_op, int64_t
   return s;
 }
 
+// -(p * p.log()) where p is 0: the mul made NaN of each -inf the log made,
+// with p itself for its other input. No torch.where was involved.
+TEST(Diagnosis, XLogXAtZeroIsComputedFromTheLogitsNotADoubleWhere) {
+  RunSummary s = NanLossRun(5, "aten::log", "", 192, 0, "#0 float32[32, 6] max|x|=1", {2, 3, 4});
+  s.first_origin->neginf = 24;
+  s.first_origin_gradient = NanGradient("aten::log", 3, 24, 192);
+  FindingRow mul = LossOrigin("aten::mul", "", 192);
+  mul.kind = "propagated";
+  mul.nan = 24;
+  mul.inputs = "#0 float32[32, 6] max|x|=1; #1 float32[32, 6] max|x|=inf -inf=24";
+  s.first_origin_consumer = mul;
+  ExpectInvalidMath(s, "the next op, aten::mul, multiplied it by the log's own argument",
+                    "compute it from the logits, in log space");
+
+  // A BCE by hand, (1 - y) * log(1 - p): where y is 0 the -inf stays.
+  s.first_origin_consumer->nan = 10;
+  s.first_origin_consumer->neginf = 14;
+  Diagnosis d = Diagnose(s);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "the next op")) << ::testing::PrintToString(d.evidence);
+  // Another tensor than the log's argument: no x * log(x).
+  s.first_origin_consumer->nan = 24;
+  s.first_origin_consumer->neginf = 0;
+  s.first_origin_consumer->inputs = "#0 float32[32, 6] max|x|=0.5; #1 float32[32, 6] -inf=24";
+  d = Diagnose(s);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "the next op")) << ::testing::PrintToString(d.evidence);
+}
+
 // CTC's loss is +inf for a transcript its input is too short for: not
 // fp16's range, and not a mask; the lengths are what to check, and
 // zero_infinity=True what drops it.

@@ -1,0 +1,69 @@
+"""Where the values grew before the first inf/NaN. A learning rate too
+high makes each update larger than the last until some op passes the
+format's range: the diagnosis is the divergence, whichever op overflowed
+(fp32 or bf16 for it would only postpone the NaN). A batch that exploded
+while the weights stayed put is the batch's. An exp that overflowed says
+where exp leaves fp16's range and what keeps its argument in it."""
+from conftest import PYTHON, SCRIPTS, plain_and_monitored, view_json
+
+SCRIPT = SCRIPTS / "diverging_learning_rate.py"
+
+
+def test_a_learning_rate_too_high_is_divergence_not_a_loss_overflow(out):
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "diverging"], out)
+    assert "step 4 loss 2.39852e+16" in monitored.stdout, monitored.stdout
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["step"]) == ("aten::mse_loss", 5), first
+    d = j["diagnosis"]
+    # Before: "Not an fp16 overflow: aten::mse_loss made inf/NaN", with
+    # "find where the values grew" naming the batch first.
+    assert d["kind"] == "diverged", d
+    assert d["title"] == ("Training diverged: updates grew until aten::mse_loss made "
+                          "inf/NaN at step 5"), d["title"]
+    [growth] = [e for e in d["evidence"] if e.startswith("the updates grew")]
+    # SGD's outputs are the weights: 0.82 at step 0, tenfold and more from
+    # step 2 on.
+    assert "reached max|x| 0.819935 at step 0, 19.4681 at step 2, 4782.83 at step 3, " \
+           "9.05e+11 at step 4." in growth, growth
+    assert d["fixes"][0].startswith("lower the learning rate"), d["fixes"]
+    assert "clip_grad_norm_" in d["fixes"][0], d["fixes"]
+
+
+def test_under_autocast_the_fp16_op_that_overflowed_first_is_no_range_problem(out):
+    # The same run under fp16 autocast: a matmul passes 65504 a step
+    # earlier. fp32 or bf16 for it would only postpone the NaN.
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "autocast"], out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["dtype"], first["step"]) == ("aten::addmm", "float16", 4), first
+    d = j["diagnosis"]
+    assert (d["kind"], d["op"]) == ("diverged", "aten::addmm"), d
+    assert not any("NANHUNT_FP32_OPS" in f or "bf16" in f for f in d["fixes"]), d["fixes"]
+
+
+def test_a_batch_that_exploded_while_the_weights_stayed_is_the_batchs(out):
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "batch"], out)
+    assert "step 4 loss 17.0003\nstep 5 loss inf" in monitored.stdout, monitored.stdout
+    d = view_json(out)["diagnosis"]
+    assert d["kind"] == "invalid_math", d
+    assert any(e.startswith("the updates did not grow before it: the optimizer's outputs "
+                            "stayed between max|x| ") and "over steps 0-4" in e
+               for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("look at the batch of step 5"), d["fixes"]
+
+
+def test_an_exp_overflow_says_where_exp_leaves_fp16_and_how_to_keep_it_in(out):
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPTS / "vae_log_variance.py"], out)
+    j = view_json(out)
+    first = j["first_origin"]
+    assert (first["op"], first["dtype"], first["step"]) == ("aten::exp", "float16", 1), first
+    d = j["diagnosis"]
+    assert (d["kind"], d["op"]) == ("forward_overflow", "aten::exp"), d
+    # Before: "use a library function that subtracts the max", a softmax's
+    # fix, for the exp of a log-variance.
+    [exp_fix] = [f for f in d["fixes"] if f.startswith("exp passes float16's range")]
+    assert exp_fix.startswith("exp passes float16's range from x = 11.09 on (here its input "
+                              "reached |x| = 35.6562)"), exp_fix
+    assert "logvar.clamp(max=10).exp()" in exp_fix and "F.softplus" in exp_fix, exp_fix
+    assert not any("subtracts the max or accumulates" in f for f in d["fixes"]), d["fixes"]
