@@ -484,6 +484,18 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
   return mask_constants ? Verdict::kMaskConstants : Verdict::kClean;
 }
 
+namespace {
+
+// A value an update wrote, for DivergenceWatch: finite outputs of the
+// optimizer phase, not GradScaler's scale (which doubles as it grows) nor
+// a mask's.
+bool IsUpdateValue(const OpEvent& e, bool nonfinite, bool mask, double max_abs) {
+  return e.phase == Phase::kOptimizer && !nonfinite && !mask && std::isfinite(max_abs) &&
+         e.op != kScalerUpdate;
+}
+
+}  // namespace
+
 void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite, bool mask) {
   LateStep* late = LateStepOf(e);
   StepStats& step_stats = late != nullptr ? late->ops[e.op] : ops_[e.op];
@@ -503,6 +515,9 @@ void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite, bo
       drops_.CountNonFinite(e.late_step);
     }
     if (std::isfinite(max_abs)) late->max_abs = std::max(late->max_abs, max_abs);
+    if (IsUpdateValue(e, nonfinite, mask, max_abs)) {
+      late->update_max_abs = std::max(late->update_max_abs, max_abs);
+    }
     return;
   }
   ++call_index_;
@@ -512,6 +527,22 @@ void Monitor::CountOpLocked(const OpEvent& e, double max_abs, bool nonfinite, bo
     drops_.CountNonFinite(steps_.step());
   }
   if (std::isfinite(max_abs)) step_max_abs_ = std::max(step_max_abs_, max_abs);
+  if (IsUpdateValue(e, nonfinite, mask, max_abs)) {
+    step_update_max_abs_ = std::max(step_update_max_abs_, max_abs);
+  }
+}
+
+void Monitor::NoteUpdateLocked(int64_t step, double update_max_abs) {
+  const std::optional<DivergenceWatch::Growth> growth =
+      divergence_.OnUpdate(step, update_max_abs);
+  if (!growth) return;
+  const std::string what = growth->Describe();
+  if (notify_) {
+    notify_(absl::StrCat("warning: the training is diverging: ", what,
+                         ", tenfold and more within three steps (lower the learning rate, or "
+                         "clip gradients, before a value passes the format's range)"));
+  }
+  if (writer_) writer_->Add(EventRow{clock_(), kDiverging, absl::StrCat("step ", step, ": ", what)});
 }
 
 void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
@@ -1133,6 +1164,7 @@ void Monitor::WriteLateStepsLocked(int64_t before, int64_t from) {
       row.started = row.ended = std::nan("");  // the step's own row has its times
       writer_->Add(row);
     }
+    NoteUpdateLocked(it->first, it->second.update_max_abs);
     it = late_steps_.erase(it);
   }
 }
@@ -1151,6 +1183,8 @@ void Monitor::WriteStepLocked(int64_t step, double now, bool ended) {
     row.ended = now;
     writer_->Add(row);
   }
+  NoteUpdateLocked(step, step_update_max_abs_);
+  step_update_max_abs_ = 0;
   call_index_ = 0;
   step_trained_ = false;
   step_nonfinite_ops_ = 0;

@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "core/check_limits.h"
 #include "core/config.h"
+#include "core/divergence_watch.h"
 #include "core/drop_verdicts.h"
 #include "core/phase.h"
 #include "core/step_tracker.h"
@@ -492,6 +493,7 @@ class Monitor {
     absl::flat_hash_map<std::string, StepStats> ops;
     int64_t ops_count = 0, nonfinite_ops = 0, origins = 0;
     double max_abs = 0;
+    double update_max_abs = 0;  // of its finite optimizer-phase outputs
   };
 
   // The late step whose totals a GPU result `e` adds to, or null when its
@@ -591,6 +593,13 @@ class Monitor {
   int64_t step_origins_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t step_findings_ ABSL_GUARDED_BY(mu_) = 0;
   double step_max_abs_ ABSL_GUARDED_BY(mu_) = 0;
+  // The largest finite |x| the step's update wrote (optimizer-phase
+  // outputs, GradScaler's scale aside), for divergence_.
+  double step_update_max_abs_ ABSL_GUARDED_BY(mu_) = 0;
+  DivergenceWatch divergence_ ABSL_GUARDED_BY(mu_);
+  // Feeds `step`'s update to divergence_: a live warning and an events row
+  // (kDiverging) when the training is diverging.
+  void NoteUpdateLocked(int64_t step, double update_max_abs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first backward op with non-finite outputs in this step, and its
   // forward op: where non-finite gradients came from.
   std::string step_bad_backward_op_ ABSL_GUARDED_BY(mu_);

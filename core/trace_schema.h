@@ -65,4 +65,9 @@ inline constexpr const char kUnfinishedStepDetail[] =
     "the process ended in this step, before an optimizer step or a loss "
     "scaler's skip ended it";
 
+// An events row for a step whose update passed DivergenceWatch's bars
+// (core/divergence_watch.h): its detail is "step N: " and the growth, "the
+// updates grew from max|x| 0.82 at step 0 to 4782.83 at step 3".
+inline constexpr const char kDiverging[] = "diverging";
+
 }  // namespace nanhunt

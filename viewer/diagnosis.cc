@@ -528,6 +528,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     return d;
   }
   if (s.first_origin && settling < 0) return BackwardOverflow(s, *s.first_origin);
+  if (auto diverging = Diverging(s)) return *diverging;
   // Underflow harms where values are fp16 (they flush to zero); fp32 and
   // bf16 hold them, and theirs is a forecast for a switch to fp16.
   const PhaseTotals* backward = Phase(s, "backward");

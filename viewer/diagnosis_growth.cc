@@ -5,16 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/divergence_watch.h"
 
 namespace nanhunt {
 namespace {
 
-// A diverging run's update grows by orders of magnitude; Adam's step
-// counter, an optimizer output too, grows by one a step, and a healthy
-// run's weights drift by a few percent: neither passes both bars.
-constexpr double kDivergedGrowth = 100;
-constexpr double kRecentGrowth = 10;
-constexpr int kRecentSteps = 3;
+// The bars for diverging are the monitor's (core/divergence_watch.h);
+// within this factor of their smallest, the updates stayed put.
 constexpr double kStableGrowth = 10;
 constexpr size_t kShownSteps = 5;
 
@@ -31,6 +28,26 @@ std::vector<const PhaseStep*> Milestones(const std::vector<const PhaseStep*>& up
     shown.erase(shown.begin() + 1, shown.end() - (kShownSteps - 1));
   }
   return shown;
+}
+
+// Evidence for the monitor's live warnings before step `before`: the
+// first and the latest.
+void AddLiveWarnings(const RunSummary& s, int64_t before, Diagnosis& d) {
+  std::vector<const StepEvent*> warned;
+  for (const StepEvent& e : s.diverging) {
+    if (e.step < before) warned.push_back(&e);
+  }
+  if (warned.empty()) return;
+  if (warned.size() > 2) warned.erase(warned.begin() + 1, warned.end() - 1);
+  std::vector<std::string> lines;
+  for (const StepEvent* e : warned) {
+    lines.push_back(absl::StrCat("at step ", e->step, " (", e->detail, ")"));
+  }
+  const int64_t ahead = before - warned.front()->step;
+  d.evidence.push_back(absl::StrCat("nanhunt warned live that the training was diverging ",
+                                    absl::StrJoin(lines, ", and "), ", ", ahead,
+                                    ahead == 1 ? " step" : " steps",
+                                    " before the first inf/NaN"));
 }
 
 }  // namespace
@@ -98,11 +115,32 @@ std::optional<Diagnosis> Diverged(const RunSummary& s, const FindingRow& f) {
       f.dtype, " inf/NaN", f.source.empty() ? "" : ", at " + f.source));
   d.evidence.push_back(growth->evidence);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  AddLiveWarnings(s, f.step, d);
   d.fixes.push_back(growth->fix);
   d.fixes.push_back(
       "log the norm clip_grad_norm_ returns (the gradients' norm before clipping) each "
       "step: it climbs for several steps before a NaN, which tells a learning rate too high "
       "from a bad batch");
+  return d;
+}
+
+std::optional<Diagnosis> Diverging(const RunSummary& s) {
+  if (s.first_origin || s.diverging.empty()) return std::nullopt;
+  const StepEvent& first = s.diverging.front();
+  const StepEvent& last = s.diverging.back();
+  Diagnosis d;
+  d.kind = "diverging";
+  d.title = absl::StrCat("Diverging: the updates grow tenfold within three steps (from step ",
+                         first.step, "); no inf/NaN yet");
+  d.evidence.push_back(absl::StrCat("step ", first.step, ": ", first.detail));
+  if (&last != &first) d.evidence.push_back(absl::StrCat("step ", last.step, ": ", last.detail));
+  d.evidence.push_back(
+      "each update larger than the last by orders of magnitude: a learning rate too high for "
+      "these gradients; run on, some value passes the format's range and the loss is NaN");
+  d.fixes.push_back(
+      "lower the learning rate (or warm it up over the first steps) and clip gradients "
+      "before the update, torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0) before "
+      "opt.step()");
   return d;
 }
 

@@ -465,6 +465,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     program_skips.insert(t.program_skipped_steps.begin(), t.program_skipped_steps.end());
     given_up.insert(t.given_up_steps.begin(), t.given_up_steps.end());
     unfinished.insert(t.unfinished_steps.begin(), t.unfinished_steps.end());
+    if (s.diverging.empty()) s.diverging = t.diverging;  // of the first trace with any
     const auto passes = t.meta.find("forward_passes_as_steps");
     s.forward_passes &= passes != t.meta.end() && passes->second == "1";
     for (const StepRow& st : t.steps) {

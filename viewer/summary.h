@@ -78,6 +78,9 @@ struct RunSummary {
   // Steps a process ended in before their update or skip (a run stopped
   // mid-iteration): no loss scaler decided on them.
   std::vector<int64_t> unfinished_steps;
+  // The monitor's live warnings that the training was diverging, of the
+  // first trace that has any (Trace::diverging).
+  std::vector<StepEvent> diverging;
   // What nanhunt changed in the run (interventions switched on).
   std::vector<std::pair<std::string, int64_t>> fp32_ops;  // op, calls in fp32
   std::vector<std::string> fp32_learned;  // NANHUNT_FP32_OPS=auto

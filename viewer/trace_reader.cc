@@ -15,6 +15,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
@@ -101,21 +102,32 @@ bool HasTable(sqlite3* db, const std::string& table, std::vector<std::string>& p
 }
 
 // The steps of the events rows of `kind`, whose details start "step N: ".
-std::vector<int64_t> StepsOfEvents(sqlite3* db, absl::string_view kind,
-                                   std::vector<std::string>& problems) {
-  std::vector<int64_t> steps;
+// The events rows of `kind` whose detail is "step N: ...", in order: N and
+// what follows ": ".
+std::vector<StepEvent> EventsOfKind(sqlite3* db, absl::string_view kind,
+                                    std::vector<std::string>& problems) {
+  std::vector<StepEvent> events;
   const std::string sql =
       absl::StrCat("SELECT detail FROM events WHERE kind = '", kind, "' ORDER BY rowid");
   Query(db, "events", sql.c_str(),
         [&](sqlite3_stmt* s) {
           const std::string detail = Text(s, 0);
           const absl::string_view rest = absl::StripPrefix(detail, "step ");
+          const size_t colon = rest.find(':');
           int64_t step = 0;
-          if (absl::SimpleAtoi(rest.substr(0, rest.find(':')), &step)) {
-            steps.push_back(step);
+          if (colon != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, colon), &step)) {
+            events.push_back({step, std::string(absl::StripLeadingAsciiWhitespace(
+                                        rest.substr(colon + 1)))});
           }
         },
         problems);
+  return events;
+}
+
+std::vector<int64_t> StepsOfEvents(sqlite3* db, absl::string_view kind,
+                                   std::vector<std::string>& problems) {
+  std::vector<int64_t> steps;
+  for (const StepEvent& e : EventsOfKind(db, kind, problems)) steps.push_back(e.step);
   return steps;
 }
 
@@ -405,6 +417,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   t.program_skipped_steps = StepsOfEvents(db, kProgramSkippedUpdate, t.problems);
   t.given_up_steps = StepsOfEvents(db, kGaveUpIteration, t.problems);
   t.unfinished_steps = StepsOfEvents(db, kUnfinishedStep, t.problems);
+  t.diverging = EventsOfKind(db, kDiverging, t.problems);
   if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later
     Query(db, "loss_scale",
           "SELECT step, scale, skipped FROM loss_scale ORDER BY rowid",

@@ -51,6 +51,12 @@ struct PhaseStep {
   int64_t nonfinite = 0;
 };
 
+// An events row about one step: "step 3: the updates grew ...".
+struct StepEvent {
+  int64_t step = 0;
+  std::string detail;  // after "step N: "
+};
+
 struct Trace {
   std::string path;
   std::map<std::string, std::string> meta;
@@ -73,6 +79,9 @@ struct Trace {
   std::vector<int64_t> given_up_steps;
   // The step the process ended in mid-iteration (events kUnfinishedStep).
   std::vector<int64_t> unfinished_steps;
+  // The monitor's live warnings that the training was diverging (events
+  // kDiverging, core/divergence_watch.h), in order.
+  std::vector<StepEvent> diverging;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   // Per step and phase, ordered by step, up to the step of the trace's
   // first origin (none without one: a healthy trace is not scanned again).

@@ -28,6 +28,26 @@ def test_a_learning_rate_too_high_is_divergence_not_a_loss_overflow(out):
            "9.05e+11 at step 4." in growth, growth
     assert d["fixes"][0].startswith("lower the learning rate"), d["fixes"]
     assert "clip_grad_norm_" in d["fixes"][0], d["fixes"]
+    # The live warning came two steps before the inf.
+    assert any(e.startswith("nanhunt warned live that the training was diverging at step 3 ")
+               and e.endswith(", 2 steps before the first inf/NaN") for e in d["evidence"]), d
+
+
+def test_a_diverging_run_is_warned_live_before_its_inf(out):
+    # Stopped at step 4, before the loss passes fp32's range: no inf/NaN
+    # anywhere, yet the updates grew 5800-fold in three steps.
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "diverging", "5"], out)
+    assert "step 4 loss 2.39852e+16" in monitored.stdout, monitored.stdout
+    assert ("nanhunt: warning: the training is diverging: the updates grew from max|x| 0.819935 "
+            "at step 0 to 4782.83 at step 3, tenfold and more within three steps") in \
+        monitored.stderr, monitored.stderr
+    j = view_json(out)
+    assert j["first_origin"] is None
+    d = j["diagnosis"]
+    assert d["kind"] == "diverging", d
+    assert d["evidence"][0] == ("step 3: the updates grew from max|x| 0.819935 at step 0 to "
+                                "4782.83 at step 3"), d["evidence"]
+    assert d["fixes"][0].startswith("lower the learning rate"), d["fixes"]
 
 
 def test_under_autocast_the_fp16_op_that_overflowed_first_is_no_range_problem(out):

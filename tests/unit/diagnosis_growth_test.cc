@@ -3,6 +3,7 @@
 // exponential that left its format's range.
 #include "viewer/diagnosis_growth.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -116,6 +117,29 @@ TEST(Divergence, FewerThanThreeFiniteUpdatesSayNothing) {
     if (p.step >= 1 && p.phase == "optimizer") p.nonfinite = 3;
   }
   EXPECT_FALSE(UpdatesBefore(s, *s.first_origin).has_value());
+}
+
+TEST(Divergence, AWarnedDivergenceWithoutNaNYetIsDivergingAndItsNaNSaysItWasWarned) {
+  const StepEvent warned = {3, "the updates grew from max|x| 0.82 at step 0 to 4782.83 at step 3"};
+  RunSummary healthy;
+  healthy.steps = 4;
+  healthy.diverging = {warned};
+  const Diagnosis d = Diagnose(healthy);
+  ASSERT_EQ(d.kind, "diverging") << d.title;
+  EXPECT_EQ(d.title,
+            "Diverging: the updates grow tenfold within three steps (from step 3); no inf/NaN yet");
+  EXPECT_EQ(d.evidence[0], "step 3: " + warned.detail);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "lower the learning rate")) << d.fixes[0];
+
+  RunSummary nan = MatmulOverflowAt(4, Updates({0.82, 1.41, 19.46, 4775.67}));
+  nan.diverging = {warned};
+  const Diagnosis later = Diagnose(nan);
+  ASSERT_EQ(later.kind, "diverged");
+  EXPECT_NE(std::find(later.evidence.begin(), later.evidence.end(),
+                      "nanhunt warned live that the training was diverging at step 3 (" +
+                          warned.detail + "), 1 step before the first inf/NaN"),
+            later.evidence.end())
+      << ::testing::PrintToString(later.evidence);
 }
 
 FindingRow ExpOf(const char* op, const char* dtype) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -850,6 +851,55 @@ TEST_F(TracedMonitorTest, AStepWhoseInfNanWereFreedByItsEndIsRecordedAsDropped) 
   auto t = CloseAndRead();
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->dropped_steps, std::vector<int64_t>{0});
+}
+
+// An fp32 output whose largest |x| is `max_abs`.
+TensorFacts Fp32(float max_abs) {
+  TensorFacts t;
+  t.format = Format::kF32;
+  t.shape = "[64, 16]";
+  t.counts.elements = 1024;
+  uint32_t bits = 0;
+  std::memcpy(&bits, &max_abs, sizeof bits);
+  t.counts.max_abs_bits = bits;
+  return t;
+}
+
+// SGD at a learning rate too high: the weights its update writes grow
+// from 0.82 to 4782.83 in three steps. Said live, before any inf/NaN, and
+// written for the viewer.
+TEST_F(TracedMonitorTest, AnUpdateGrowingTenfoldAStepIsWarnedLiveAndWrittenAsDiverging) {
+  Monitor& m = *monitor_;
+  std::vector<std::string> told;
+  m.set_notify([&](const std::string& line) { told.push_back(line); });
+  FakeContext ctx;
+  ctx.inputs = {Input(false, false)};
+  const TensorFacts fine = Fp16(0, 0x4000);
+  for (const float weights : {0.82f, 1.41f, 19.47f, 4782.83f}) {
+    IterationOp(m, ctx, Phase::kForward, fine);
+    IterationOp(m, ctx, Phase::kBackward, fine);
+    m.OnOptimizerStepBegin();
+    const TensorFacts written = Fp32(weights);
+    OpEvent update;
+    update.op = "aten::add_";
+    update.phase = Phase::kOptimizer;
+    update.outputs = absl::MakeConstSpan(&written, 1);
+    m.OnOp(update, ctx);
+    m.OnOptimizerStepEnd();
+  }
+  IterationOp(m, ctx, Phase::kForward, fine);  // step 4 begins: step 3's row
+  ASSERT_EQ(told.size(), 1u) << ::testing::PrintToString(told);
+  EXPECT_EQ(told[0],
+            "warning: the training is diverging: the updates grew from max|x| 0.82 at step 0 to "
+            "4782.83 at step 3, tenfold and more within three steps (lower the learning rate, "
+            "or clip gradients, before a value passes the format's range)");
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->diverging.size(), 1u);
+  EXPECT_EQ(t->diverging[0].step, 3);
+  EXPECT_EQ(t->diverging[0].detail,
+            "the updates grew from max|x| 0.82 at step 0 to 4782.83 at step 3");
 }
 
 // Two optimizers stepped one after the other (dense and sparse

@@ -1,12 +1,13 @@
 """A regression MLP whose training diverges, or whose batch explodes.
 
-    diverging_learning_rate.py diverging|autocast|batch
+    diverging_learning_rate.py diverging|autocast|batch [steps]
 
 diverging: fp32, SGD with lr=0.5, too high for it: the updates grow tenfold
 and more each step from step 2 on, until the loss passes fp32's range at
 step 5 (then NaN). autocast: the same under fp16 autocast, where an fp16
 matmul overflows first, at step 4. batch: lr=0.01, a healthy run, until
 the batch of step 5 is scaled by 1e30 (a unit bug in preprocessing).
+steps: how many (10); 5 stops a diverging run before its inf.
 
 Prints each step's loss."""
 import sys
@@ -14,12 +15,13 @@ import sys
 import torch
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "diverging"
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01 if mode == "batch" else 0.5)
 x = torch.randn(256, 16)
 y = x.sum(-1, keepdim=True)
-for step in range(10):
+for step in range(steps):
     batch = x * 1e30 if mode == "batch" and step == 5 else x
     with torch.autocast("cpu", dtype=torch.float16, enabled=mode == "autocast"):
         loss = torch.nn.functional.mse_loss(model(batch).float(), y)
