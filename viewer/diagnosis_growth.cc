@@ -125,13 +125,17 @@ std::optional<Diagnosis> Diverged(const RunSummary& s, const FindingRow& f) {
 }
 
 std::optional<Diagnosis> Diverging(const RunSummary& s) {
-  if (s.first_origin || s.diverging.empty()) return std::nullopt;
+  if (s.diverging.empty()) return std::nullopt;
   const StepEvent& first = s.diverging.front();
   const StepEvent& last = s.diverging.back();
   Diagnosis d;
   d.kind = "diverging";
+  // Reached without a first origin, or with one whose inf/NaN were all
+  // in gradients a loss scaler skipped.
   d.title = absl::StrCat("Diverging: the updates grow tenfold within three steps (from step ",
-                         first.step, "); no inf/NaN yet");
+                         first.step, ")",
+                         s.first_origin ? "; every inf/NaN so far was in skipped gradients"
+                                        : "; no inf/NaN yet");
   d.evidence.push_back(absl::StrCat("step ", first.step, ": ", first.detail));
   if (&last != &first) d.evidence.push_back(absl::StrCat("step ", last.step, ": ", last.detail));
   d.evidence.push_back(

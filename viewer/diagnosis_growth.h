@@ -36,9 +36,10 @@ std::optional<UpdateGrowth> UpdatesBefore(const RunSummary& s, const FindingRow&
 // nullopt.
 std::optional<Diagnosis> Diverged(const RunSummary& s, const FindingRow& f);
 
-// The `diverging` diagnosis of a run without inf/NaN whose monitor warned
-// live that the training was diverging (RunSummary::diverging): the NaN
-// has not come yet, or the run stopped before it. Otherwise nullopt.
+// The `diverging` diagnosis of a run the monitor warned live was diverging
+// (RunSummary::diverging), for a run otherwise healthy: no inf/NaN yet (or
+// the run stopped before them), or only in gradients a loss scaler
+// skipped. Otherwise nullopt.
 std::optional<Diagnosis> Diverging(const RunSummary& s);
 
 }  // namespace nanhunt

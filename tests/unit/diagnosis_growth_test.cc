@@ -131,6 +131,25 @@ TEST(Divergence, AWarnedDivergenceWithoutNaNYetIsDivergingAndItsNaNSaysItWasWarn
   EXPECT_EQ(d.evidence[0], "step 3: " + warned.detail);
   EXPECT_TRUE(absl::StartsWith(d.fixes[0], "lower the learning rate")) << d.fixes[0];
 
+  // A GradScaler run whose every overflow it skipped while its scale
+  // settled: healthy, but for the divergence.
+  RunSummary scaled = healthy;
+  FindingRow skipped;
+  skipped.kind = "origin";
+  skipped.op = "aten::mm";
+  skipped.phase = "backward";
+  skipped.dtype = "float16";
+  skipped.step = 0;
+  skipped.posinf = 3;
+  scaled.first_origin = skipped;
+  scaled.nonfinite_steps = scaled.nonfinite_steps_kept = {0};
+  scaled.skipped_steps = {0};
+  scaled.loss_scale = {{0, 32768, 1}, {1, 32768, 0}, {2, 32768, 0}, {3, 32768, 0}};
+  const Diagnosis settled = Diagnose(scaled);
+  EXPECT_EQ(settled.kind, "diverging") << settled.title;
+  EXPECT_TRUE(absl::EndsWith(settled.title, "; every inf/NaN so far was in skipped gradients"))
+      << settled.title;
+
   RunSummary nan = MatmulOverflowAt(4, Updates({0.82, 1.41, 19.46, 4775.67}));
   nan.diverging = {warned};
   const Diagnosis later = Diagnose(nan);
