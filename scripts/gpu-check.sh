@@ -568,6 +568,31 @@ PY
 ) | tee "$build"/given-up-check.txt || { failed+=("$part_name"); show_log 20 "$build"/given-up-continue.log; }
 fi
 
+if time_left "divergence on CUDA"; then
+part "a learning rate too high, on CUDA: the update's values are GPU results that come after their step; warned live at step 3, before any inf (diverging), and diverged once the loss is inf"
+on_cuda "$build"/diverging diverging_learning_rate.py diverging 5 &
+on_cuda "$build"/diverged diverging_learning_rate.py diverging &
+wait
+("$python" - "$build" <<'PY'
+import json, sys
+bad = 0
+for name, kind in (("diverging", "diverging"), ("diverged", "diverged")):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/{name}.json"))
+    except Exception as e:
+        r = {"error": repr(e)}
+    d = r.get("diagnosis") or {}
+    evidence = " ".join(d.get("evidence") or [])
+    warned = "warning: the training is diverging" in open(f"{sys.argv[1]}/{name}.log").read()
+    ok = d.get("kind") == kind and warned and "at step 3" in evidence
+    bad += not ok
+    print(f"{name}, CUDA: diagnosis {d.get('kind')}, warned live {warned}: "
+          f"{'OK' if ok else 'WRONG'} ({d.get('title')})")
+sys.exit(1 if bad else 0)
+PY
+) | tee "$build"/divergence-check.txt || { failed+=("$part_name"); show_log 20 "$build"/diverging.log; }
+fi
+
 if time_left "fp16 FFT on CUDA"; then
 part "an FNO's fp16 FFT on CUDA: its complex32 spectrum overflows at step 2, checked as real and imaginary parts"
 on_cuda "$build"/spectral fp16_spectral_conv.py

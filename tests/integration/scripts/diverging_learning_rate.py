@@ -7,23 +7,28 @@ and more each step from step 2 on, until the loss passes fp32's range at
 step 5 (then NaN). autocast: the same under fp16 autocast, where an fp16
 matmul overflows first, at step 4. batch: lr=0.01, a healthy run, until
 the batch of step 5 is scaled by 1e30 (a unit bug in preprocessing).
-steps: how many (10); 5 stops a diverging run before its inf.
+steps: how many (10); 5 stops a diverging run before its inf. DEVICE=cuda
+trains on a GPU (scripts/gpu-check.sh), where the update's values are GPU
+results that arrive after their step.
 
 Prints each step's loss."""
+import os
 import sys
 
 import torch
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "diverging"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+model = model.to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.01 if mode == "batch" else 0.5)
-x = torch.randn(256, 16)
+x = torch.randn(256, 16).to(device)
 y = x.sum(-1, keepdim=True)
 for step in range(steps):
     batch = x * 1e30 if mode == "batch" and step == 5 else x
-    with torch.autocast("cpu", dtype=torch.float16, enabled=mode == "autocast"):
+    with torch.autocast(device, dtype=torch.float16, enabled=mode == "autocast"):
         loss = torch.nn.functional.mse_loss(model(batch).float(), y)
     opt.zero_grad()
     loss.backward()
