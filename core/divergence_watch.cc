@@ -37,8 +37,7 @@ std::optional<DivergenceWatch::Growth> DivergenceWatch::OnUpdate(int64_t step, d
   for (const auto& [s, v] : recent_) {
     if (s < step && (!smallest || v < smallest->second)) smallest = std::make_pair(s, v);
   }
-  if (!smallest || before_recent_ == 0 || max_abs < kDivergedGrowth * smallest->second ||
-      max_abs < kRecentGrowth * before_recent_ ||
+  if (!smallest || !PassesDivergenceBars(max_abs, smallest->second, before_recent_) ||
       (warned_at_ > 0 && max_abs < kDivergedGrowth * warned_at_)) {
     return std::nullopt;
   }

@@ -23,6 +23,16 @@ inline constexpr double kDivergedGrowth = 100;
 inline constexpr double kRecentGrowth = 10;
 inline constexpr int64_t kRecentSteps = 3;
 
+// Whether an update's max |x| `now` passes both bars, given the smallest of
+// the steps before it and the largest of those kRecentSteps or more before
+// it (0 when there is none: no verdict yet). The watch and the viewer's
+// reading of a trace both ask this.
+inline bool PassesDivergenceBars(double now, double smallest_before,
+                                 double largest_before_recent) {
+  return largest_before_recent > 0 && now >= kDivergedGrowth * smallest_before &&
+         now >= kRecentGrowth * largest_before_recent;
+}
+
 class DivergenceWatch {
  public:
   struct Growth {

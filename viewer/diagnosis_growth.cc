@@ -69,8 +69,7 @@ std::optional<UpdateGrowth> UpdatesBefore(const RunSummary& s, const FindingRow&
     if (u->step <= last.step - kRecentSteps) before_recent = std::max(before_recent, u->max_abs);
   }
   UpdateGrowth g;
-  if (last.max_abs >= kDivergedGrowth * smallest && before_recent > 0 &&
-      last.max_abs >= kRecentGrowth * before_recent) {
+  if (PassesDivergenceBars(last.max_abs, smallest, before_recent)) {
     g.diverged = true;
     std::vector<std::string> points;
     for (const PhaseStep* u : Milestones(updates)) {

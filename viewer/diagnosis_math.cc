@@ -1,6 +1,7 @@
 #include "viewer/diagnosis_math.h"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -334,8 +335,8 @@ std::string ExponentialFix(const FindingRow& f) {
   if (op != "aten::exp" && op != "aten::expm1" && !base2) return "";
   // ln (or log2) of the format's largest finite value: past it, inf.
   const double largest = f.dtype == "float16"  ? kFp16Max
-                         : f.dtype == "float64" ? 1.7976931348623157e308
-                                                : 3.4028234663852886e38;
+                         : f.dtype == "float64" ? std::numeric_limits<double>::max()
+                                                : std::numeric_limits<float>::max();
   const double limit = base2 ? std::log2(largest) : std::log(largest);
   const std::optional<double> input = LargestFiniteInput(f);
   return absl::StrCat(

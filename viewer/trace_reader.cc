@@ -101,7 +101,6 @@ bool HasTable(sqlite3* db, const std::string& table, std::vector<std::string>& p
   return found;
 }
 
-// The steps of the events rows of `kind`, whose details start "step N: ".
 // The events rows of `kind` whose detail is "step N: ...", in order: N and
 // what follows ": ".
 std::vector<StepEvent> EventsOfKind(sqlite3* db, absl::string_view kind,
@@ -124,6 +123,7 @@ std::vector<StepEvent> EventsOfKind(sqlite3* db, absl::string_view kind,
   return events;
 }
 
+// The steps of the events rows of `kind`.
 std::vector<int64_t> StepsOfEvents(sqlite3* db, absl::string_view kind,
                                    std::vector<std::string>& problems) {
   std::vector<int64_t> steps;
