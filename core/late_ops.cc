@@ -158,6 +158,8 @@ Verdict LateOps::Classify(LateOp* op) {
   event.top_op = op->top_op;
   event.forward_op = op->forward_op;
   event.forward_source = op->forward_source;
+  event.forward_seq = op->forward_seq;
+  event.forward_thread = op->forward_thread;
   event.phase = op->phase;
   event.grad_enabled = op->grad_enabled;
   event.takes_grad_input = op->takes_grad_input;

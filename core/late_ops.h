@@ -108,6 +108,8 @@ struct LateOp {
   // Backward ops: the line their forward op was called from, when it was
   // captured (Monitor::ForwardLineWanted); interned, lives for the process.
   absl::string_view forward_source;
+  int64_t forward_seq = -1;  // OpEvent::forward_seq
+  uint64_t forward_thread = 0;
   std::string kernels;        // CUPTI: the kernels it launched
   bool loss_scaling = false;  // OpEvent::loss_scaling
   bool scaled_gradients = false;  // OpEvent::scaled_gradients

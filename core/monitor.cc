@@ -195,8 +195,39 @@ void Monitor::set_notify(std::function<void(const std::string&)> notify) {
   notify_ = std::move(notify);
 }
 
-void Monitor::WantForwardLine(const OpEvent& e, int64_t step) {
-  if (!e.forward_op.empty()) forward_lines_.Want(e.forward_op, step + kForwardLineSteps);
+void Monitor::WantForwardLine(const OpEvent& e, const FindingRow& row) {
+  if (e.forward_op.empty()) return;
+  forward_lines_.Want(e.forward_op, row.step + kForwardLineSteps);
+  if (row.source.empty() && e.forward_seq >= 0) {
+    forward_line_fills_.Want(
+        FindingKey{row.step, row.call_index, row.op, row.forward_op,
+                   row.kind == "origin" || row.kind == "input"},
+        e.forward_seq, e.forward_thread);
+  }
+}
+
+void Monitor::OnForwardLine(absl::string_view op, int64_t seq, uint64_t thread,
+                            absl::string_view line) {
+  if (!forward_line_fills_.any()) return;
+  absl::MutexLock lock(&mu_);
+  const int64_t step = steps_.step();
+  for (ForwardLineFills::Fill& fill : forward_line_fills_.OnLine(step, op, seq, thread, line)) {
+    FindingKey& key = fill.key;
+    if (first_origin_ && first_origin_->source.empty() && first_origin_->step == key.step &&
+        first_origin_->call_index == key.call_index && first_origin_->op == key.op) {
+      first_origin_->source = fill.source;
+      if (notify_) {
+        notify_(absl::StrFormat(
+            "the forward op of step %d's first non-finite values (%s, backward of %s) was "
+            "called at %s: the line of the same call in step %d",
+            key.step, key.op, key.forward_op, fill.source, step));
+      }
+    }
+    if (writer_) {
+      writer_->Add(ForwardLineRow{key.step, key.call_index, std::move(key.op),
+                                  std::move(key.forward_op), std::move(fill.source)});
+    }
+  }
 }
 
 int64_t Monitor::step() const {
@@ -232,7 +263,12 @@ void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_
                             thread)) {
     began = true;
   }
-  if (began) WriteStepBegunLocked(now);
+  if (began) {
+    WriteStepBegunLocked(now);
+    forward_line_fills_.OnStepBegan(steps_.step(), next_node, thread);
+  } else if (phase == Phase::kForward && grad_enabled && takes_grad_input) {
+    forward_line_fills_.OnTrainingOp(steps_.step(), next_node, thread);
+  }
   StepStateChangedLocked();
 }
 
@@ -465,7 +501,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
       row.stack = context.Stack();
     } else if (!LocateInBackwardCode(context, row)) {
       row.source = std::string(e.forward_source);
-      if (want_headroom && !e.scaled_gradients) WantForwardLine(e, row.step);
+      if (want_headroom && !e.scaled_gradients) WantForwardLine(e, row);
     }
     row.outputs = Describe(e.outputs);
     absl::MutexLock lock(&mu_);
@@ -770,7 +806,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
       row.stack = context.Stack();
     } else if (!LocateInBackwardCode(context, row)) {
       row.source = std::string(e.forward_source);
-      WantForwardLine(e, row.step);
+      WantForwardLine(e, row);
     }
     if (verdict == Verdict::kOrigin) row.fp32_max_abs = context.RecomputeFp32MaxAbs();
   }

@@ -31,6 +31,7 @@
 #include "core/config.h"
 #include "core/divergence_watch.h"
 #include "core/drop_verdicts.h"
+#include "core/forward_line_fills.h"
 #include "core/phase.h"
 #include "core/step_tracker.h"
 #include "core/trace_rows.h"
@@ -155,6 +156,11 @@ struct OpEvent {
   // Backward ops: the line the forward op was called from, when captured
   // (ForwardLineWanted); their findings' source.
   absl::string_view forward_source;
+  // Backward ops: the node's sequence number and forward thread (-1: not
+  // known), to find its forward op's call in a later step when
+  // forward_source is empty (core/forward_line_fills.h).
+  int64_t forward_seq = -1;
+  uint64_t forward_thread = 0;
   absl::Span<const TensorFacts> outputs;
   // Some op around this one judges what it returns at its end. Not when
   // each is a record named by a string (an autograd.Function's apply, a
@@ -375,6 +381,11 @@ class Monitor {
     return forward_lines_.AnyOpen() && forward_lines_.Wanted(op, [this] { return step(); });
   }
   static constexpr int64_t kForwardLineSteps = 20;
+  // A forward op `op` that made node `seq` on `thread` was called from
+  // `line` (captured as ForwardLineWanted asked): the findings of a step
+  // before whose forward op was the same call get that line
+  // (core/forward_line_fills.h). One load while none waits.
+  void OnForwardLine(absl::string_view op, int64_t seq, uint64_t thread, absl::string_view line);
   // A top-level op may begin a step (StepTracker::step_may_begin): the
   // caller then tells the start of each top-level forward op on a tensor
   // that requires grad, which judges and begins it there, as OnOp would at
@@ -614,8 +625,11 @@ class Monitor {
   // distributed) the lookups on every op's tensors take no lock.
   std::atomic<bool> any_collective_{false};
   WantedOps forward_lines_;  // ForwardLineWanted
-  // Opens (or extends) the window of e.forward_op's line from `step`.
-  void WantForwardLine(const OpEvent& e, int64_t step);
+  ForwardLineFills forward_line_fills_;  // OnForwardLine
+  // Opens (or extends) the window of e.forward_op's line from `row`'s step,
+  // and when `row` has no line, waits for its forward op's call in a later
+  // step to fill it.
+  void WantForwardLine(const OpEvent& e, const FindingRow& row);
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
   // When the last optimizer record of the step ended, while the next step
   // waits for its first forward op; the step's end time.

@@ -101,6 +101,15 @@ struct StepRenumberRow {
   int64_t first = 0, last = 0, to = 0;
 };
 
+// The line a backward finding's forward op was called from, found a step
+// or more after the finding was written (core/forward_line_fills.h): fills
+// the source of the row with that step, call index, op and forward op that
+// has none yet. Written as an UPDATE, in order with the rows before it.
+struct ForwardLineRow {
+  int64_t step = 0, call_index = 0;
+  std::string op, forward_op, source;
+};
+
 // Something that happened to the run itself (config change, warning).
 struct EventRow {
   double time = 0;

@@ -123,6 +123,7 @@ void TraceWriter::Add(SkipRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(EscalationRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(UncheckedRow row) { Enqueue(std::move(row)); }
 void TraceWriter::Add(StepRenumberRow row) { Enqueue(std::move(row)); }
+void TraceWriter::Add(ForwardLineRow row) { Enqueue(std::move(row)); }
 
 void TraceWriter::Flush(std::chrono::milliseconds timeout) {
   absl::MutexLock lock(&mu_);
@@ -271,10 +272,36 @@ void TraceWriter::Renumber(const StepRenumberRow& r) {
   }
 }
 
+void TraceWriter::FillForwardLine(const ForwardLineRow& r) {
+  // Rare (once a backward finding without a line): a statement each.
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v2(db_,
+                         "UPDATE findings SET source = ? WHERE step = ? AND call_index = ? "
+                         "AND op = ? AND forward_op = ? AND (source IS NULL OR source = '')",
+                         -1, &s, nullptr) == SQLITE_OK) {
+    BindText(s, 1, r.source);
+    sqlite3_bind_int64(s, 2, r.step);
+    sqlite3_bind_int64(s, 3, r.call_index);
+    BindText(s, 4, r.op);
+    BindText(s, 5, r.forward_op);
+    if (sqlite3_step(s) == SQLITE_DONE) {
+      sqlite3_finalize(s);
+      return;
+    }
+  }
+  sqlite3_finalize(s);
+  absl::MutexLock lock(&mu_);
+  if (error_.empty()) error_ = SqliteError(db_, "fill a forward line").ToString();
+}
+
 void TraceWriter::Write(const Row& row) {
   sqlite3_stmt* s = nullptr;
   if (const auto* r = std::get_if<StepRenumberRow>(&row)) {
     Renumber(*r);
+    return;
+  }
+  if (const auto* r = std::get_if<ForwardLineRow>(&row)) {
+    FillForwardLine(*r);
     return;
   }
   if (const auto* m = std::get_if<MetaRow>(&row)) {

@@ -47,6 +47,7 @@ class TraceWriter {
   void Add(EscalationRow row);
   void Add(UncheckedRow row);
   void Add(StepRenumberRow row);
+  void Add(ForwardLineRow row);
 
   // Commits everything queued so far; returns when it is on disk (or when
   // `timeout` passed). Thread-safe.
@@ -66,7 +67,7 @@ class TraceWriter {
   };
   using Row = std::variant<MetaRow, OpStatsRow, FindingRow, StepRow, EventRow,
                            LossScaleRow, SkipRow, EscalationRow, UncheckedRow,
-                           StepRenumberRow>;
+                           StepRenumberRow, ForwardLineRow>;
 
   TraceWriter(std::string path, sqlite3* db,
               std::chrono::milliseconds flush_interval, int64_t max_bytes);
@@ -82,6 +83,7 @@ class TraceWriter {
   void Commit(std::vector<Row>& rows);
   void Write(const Row& row);
   void Renumber(const StepRenumberRow& r);
+  void FillForwardLine(const ForwardLineRow& r);
 
   const std::string path_;
   sqlite3* const db_;

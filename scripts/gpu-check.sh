@@ -593,6 +593,24 @@ PY
 ) | tee "$build"/divergence-check.txt || { failed+=("$part_name"); show_log 20 "$build"/diverging.log; }
 fi
 
+if time_left "forward lines on CUDA"; then
+part "a backward overflow that never recurs, on CUDA: the first origin's forward op line comes from the same call a step later, though its result is read after its step"
+on_cuda "$build"/backward-once backward_overflow_once.py
+("$python" - "$build" <<'PY'
+import json, sys
+try:
+    first = json.load(open(f"{sys.argv[1]}/backward-once.json")).get("first_origin") or {}
+except Exception as e:
+    first = {"error": repr(e)}
+ok = (first.get("op"), first.get("phase"), first.get("step")) == ("aten::div", "backward", 3) \
+    and first.get("source", "").endswith("backward_overflow_once.py:26 in <module>")
+print(f"first origin {first.get('op')} ({first.get('phase')}) at step {first.get('step')}, "
+      f"forward op called at {first.get('source') or '(no line)'}: {'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/forward-lines-check.txt || { failed+=("$part_name"); show_log 20 "$build"/backward-once.log; }
+fi
+
 if time_left "fp16 FFT on CUDA"; then
 part "an FNO's fp16 FFT on CUDA: its complex32 spectrum overflows at step 2, checked as real and imaginary parts"
 on_cuda "$build"/spectral fp16_spectral_conv.py

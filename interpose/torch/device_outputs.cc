@@ -227,6 +227,8 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
   op->top_op = call.top_op;
   op->forward_op = call.forward_op;
   op->forward_source = call.forward_source;
+  op->forward_seq = call.forward_seq;
+  op->forward_thread = call.forward_thread;
   op->enclosing_op_judges = call.enclosing_op_judges;
   op->compiled_region = call.compiled_region;
   op->grad_enabled = call.grad_enabled;

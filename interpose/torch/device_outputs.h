@@ -26,6 +26,8 @@ struct DeviceOpCall {
   const char* top_op = "";
   const char* forward_op = "";
   absl::string_view forward_source;  // the forward op's line, when captured
+  int64_t forward_seq = -1;          // OpEvent::forward_seq
+  uint64_t forward_thread = 0;
   Phase phase = Phase::kForward;
   bool grad_enabled = true, takes_grad_input = false, top_level = false;
   bool enclosing_op_judges = true;  // OpEvent::enclosing_op_judges

@@ -68,6 +68,8 @@ struct Frame {
   const char* name = nullptr;
   const char* forward_op = nullptr;  // backward nodes
   const std::string* forward_line = nullptr;  // backward nodes, when captured
+  int64_t forward_seq = -1;  // backward nodes: their node's number
+  uint64_t forward_thread = 0;
   bool contains_finding = false;
   bool contains_warning = false;  // a nested op already warned (near-max)
   bool judged = false;  // the monitor judged this op's outputs
@@ -121,6 +123,8 @@ struct ThreadState {
     f.deferred.clear();
     f.forward_op = nullptr;
     f.forward_line = nullptr;
+    f.forward_seq = -1;
+    f.forward_thread = 0;
     return f;
   }
   // Index of the frame of `fn`, searched from the top; -1 if absent.
@@ -634,6 +638,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   const char* top_op = nullptr;
   const char* forward_op = nullptr;
   const std::string* forward_line = nullptr;
+  int64_t forward_seq = -1;
+  uint64_t forward_thread = 0;
   Frame* parent = nullptr;
   Frame* top = nullptr;
   bool enclosing_op_judges = false;
@@ -647,6 +653,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     } else if (f.kind == FrameKind::kBackwardNode && forward_op == nullptr) {
       forward_op = f.forward_op;
       forward_line = f.forward_line;
+      forward_seq = f.forward_seq;
+      forward_thread = f.forward_thread;
     }
   }
   // A batch norm's running statistics are the module's buffers, never what
@@ -680,6 +688,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   call.top_op = top_op ? top_op : "";
   call.forward_op = forward_op ? forward_op : "";
   if (forward_line != nullptr) call.forward_source = *forward_line;
+  call.forward_seq = forward_seq;
+  call.forward_thread = forward_thread;
   call.grad_enabled = top != nullptr ? top->grad_at_start : c10::GradMode::is_enabled();
   call.phase = CurrentPhase(ts, call.grad_enabled, traits.scales_loss);
   call.takes_grad_input = takes_grad_input;
@@ -768,6 +778,8 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   event.takes_grad_input = takes_grad_input;
   event.forward_op = forward_op ? forward_op : "";
   if (forward_line != nullptr) event.forward_source = *forward_line;
+  event.forward_seq = forward_seq;
+  event.forward_thread = forward_thread;
   event.outputs = ts.output_facts;
   event.contains_finding = frame.contains_finding;
   event.contains_warning = frame.contains_warning;
@@ -947,6 +959,8 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           const ForwardOps::Found forward = ForwardOps::Lookup(fn.forwardThreadId(), fn.seqNr());
           f.forward_op = forward.name;
           f.forward_line = forward.line;
+          f.forward_seq = fn.seqNr();
+          f.forward_thread = fn.forwardThreadId();
         }
         // No line: the backward runs from loss.backward(), and its
         // findings' source is the forward line when captured.
@@ -995,8 +1009,12 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           // (an autograd.Function's) only while it runs.
           const char* forward_name =
               traits.handle ? f.name : ForwardOps::InternName(f.name);
-          ForwardOps::Record(fn.threadId(), fn.seqNr(), forward_name,
-                             ForwardLineIfWanted(ts, forward_name));
+          const std::string* line = ForwardLineIfWanted(ts, forward_name);
+          ForwardOps::Record(fn.threadId(), fn.seqNr(), forward_name, line);
+          // Fills the line of a finding of an earlier step's same call.
+          if (line != nullptr) {
+            Session::Get()->monitor().OnForwardLine(forward_name, fn.seqNr(), fn.threadId(), *line);
+          }
         }
         if (DeviceChecksHeld()) {
           // NANHUNT_GPU_BATCH: checks held back run before this op could

@@ -21,9 +21,9 @@ NEEDS_A_GPU = [
     "kernel benchmark", "demo on CUDA", "raise on CUDA", "finfo.min masks on CUDA",
     "Adam foreach on CUDA", "own loss scaler on CUDA", "several optimizers on CUDA",
     "padded attention on CUDA", "workspaces on CUDA", "evaluation on CUDA",
-    "given-up iterations on CUDA", "divergence on CUDA", "fp16 FFT on CUDA",
-    "fp16 batch norm on CUDA", "checkpoint loaded onto CUDA", "memory no op wrote",
-    "streams and devices",
+    "given-up iterations on CUDA", "divergence on CUDA", "forward lines on CUDA",
+    "fp16 FFT on CUDA", "fp16 batch norm on CUDA", "checkpoint loaded onto CUDA",
+    "memory no op wrote", "streams and devices",
     "CUDA graph capture",
     "held-back checks", "batch replay", "GPT-2 benchmark"]
 # Run only while time is left (GPU_CHECK_BUDGET_S): after the benchmark.
@@ -32,8 +32,8 @@ WHILE_TIME_IS_LEFT = [
     "raise on CUDA", "finfo.min masks on CUDA", "Adam foreach on CUDA",
     "own loss scaler on CUDA", "several optimizers on CUDA", "padded attention on CUDA",
     "workspaces on CUDA", "evaluation on CUDA", "given-up iterations on CUDA",
-    "divergence on CUDA", "fp16 FFT on CUDA", "fp16 batch norm on CUDA",
-    "checkpoint loaded onto CUDA", "memory no op wrote"]
+    "divergence on CUDA", "forward lines on CUDA", "fp16 FFT on CUDA",
+    "fp16 batch norm on CUDA", "checkpoint loaded onto CUDA", "memory no op wrote"]
 # These need none (the GPU tests skip without a device).
 NEEDS_NONE = ["GPU tests", "GPU library tests", "CUPTI tests", "unit tests", "mutex cost",
               "ring cost", "torch_compat fallbacks", "empty callbacks' build"]

@@ -70,25 +70,51 @@ def test_a_recurring_backward_overflow_names_the_line_of_its_forward_op(out):
     # GradScaler's scaled gradients overflow in backward at 18 of 20 steps.
     # A backward op runs after its forward op's line is gone, so nanhunt
     # captures the forward op's line once a backward op of it overflowed or
-    # came near the limit: the first finding has none, the later ones have
-    # the line of the forward op (the out.float() cast's backward).
+    # came near the limit: the later findings have the line of the forward
+    # op (the out.float() cast's backward) as they come, the first one gets
+    # it from the same call in step 1.
     script = SCRIPTS / "oscillating_scaler.py"
     r = preload_run([PYTHON, script], out)
     assert r.returncode == 0, r.stderr
     lines = script.read_text().splitlines()
     cast = f"{script}:{lines.index('    loss = torch.nn.functional.mse_loss(out.float(), y)') + 1} in <module>"
     origins = [f for f in findings(out, "origin") if f["phase"] == "backward"]
-    assert origins[0]["step"] == 0 and origins[0]["source"] == "", origins[0]
+    assert origins[0]["step"] == 0 and origins[0]["source"] == cast, origins[0]
     later = [f for f in origins if f["step"] > 0 and f["op"] == "aten::_to_copy"]
     assert later and all(f["forward_op"] == "aten::_to_copy" for f in later), later
     assert all(f["source"] == cast for f in later), [f["source"] for f in later]
-    # The view gives the first origin the lines its later findings had.
     first = view_json(out)["first_origin"]
-    assert first["step"] == 0 and first["source"] == "", first
-    assert cast in first["later_forward_lines"], first
+    assert first["step"] == 0 and first["source"] == cast, first
     text = run([NANHUNT, "view", out]).stdout
-    assert "forward op called at (lines of this backward op's findings from step 1 on):" in text
-    assert cast in text
+    assert "forward op called at (lines of this backward op's findings" not in text, text
+
+
+def test_a_backward_overflow_that_never_recurs_names_its_forward_line(out):
+    # The first backward overflow is often the last one with a line to find:
+    # its NaN only propagates after it. The line comes from the division's
+    # call in step 4, the same node number after the step's start.
+    script = SCRIPTS / "backward_overflow_once.py"
+    r = preload_run([PYTHON, script], out)
+    assert r.returncode == 0, r.stderr
+    division = f"{script}:{script.read_text().splitlines().index('    y = x / (w * shrink)') + 1} in <module>"
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::div", "backward", 3), first
+    assert first["forward_op"] == "aten::div" and first["source"] == division, first
+    assert f"was called at {division}: the line of the same call in step 4" in r.stderr, r.stderr
+    evidence = view_json(out)["diagnosis"]["evidence"]
+    assert any(f"(backward of aten::div, called at {division})" in e for e in evidence), evidence
+
+
+def test_a_forward_pass_that_changed_after_the_overflow_fills_no_line(out):
+    # From step 4 on an extra op shifts the division's node by one: the call
+    # at step 3's number is the scale's aten::mul, not a division, and its
+    # line is not the finding's. No line is better than a wrong one.
+    r = preload_run([PYTHON, SCRIPTS / "backward_overflow_once.py", "branch"], out)
+    assert r.returncode == 0, r.stderr
+    first = view_json(out)["first_origin"]
+    assert (first["op"], first["phase"], first["step"]) == ("aten::div", "backward", 3), first
+    assert first["source"] == "", first
+    assert "the line of the same call" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("cast", [False, True], ids=["float32", "cast"])

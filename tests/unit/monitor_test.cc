@@ -744,9 +744,21 @@ class TracedMonitorTest : public ::testing::Test {
     writer_->Close();
     return ReadTrace(path_, /*with_series=*/true);
   }
+  // The lines the monitor says live from here on.
+  std::vector<std::string>& Told() {
+    monitor_->set_notify([this](const std::string& line) { told_.push_back(line); });
+    return told_;
+  }
+  // Ops whose one input was checked and finite.
+  static FakeContext FiniteInputs() {
+    FakeContext ctx;
+    ctx.inputs = {Input(false, false)};
+    return ctx;
+  }
 
   std::string path_;
   Config config_;
+  std::vector<std::string> told_;
   std::unique_ptr<TraceWriter> writer_;
   std::unique_ptr<Monitor> monitor_;
 };
@@ -758,8 +770,7 @@ class TracedMonitorTest : public ::testing::Test {
 // warning) and does not hide the fp16 output's own warnings.
 TEST_F(TracedMonitorTest, AHeadroomFindingIsAboutTheFormatAtRiskNotAWiderOutputBesideIt) {
   Monitor& m = *monitor_;
-  std::vector<std::string> told;
-  m.set_notify([&](const std::string& line) { told.push_back(line); });
+  const std::vector<std::string>& told = Told();
   FakeContext ctx;
   TensorFacts attention = Fp16(0, 0x6030);  // 536
   TensorFacts logsumexp;
@@ -870,10 +881,8 @@ TensorFacts Fp32(float max_abs) {
 // written for the viewer.
 TEST_F(TracedMonitorTest, AnUpdateGrowingTenfoldAStepIsWarnedLiveAndWrittenAsDiverging) {
   Monitor& m = *monitor_;
-  std::vector<std::string> told;
-  m.set_notify([&](const std::string& line) { told.push_back(line); });
-  FakeContext ctx;
-  ctx.inputs = {Input(false, false)};
+  const std::vector<std::string>& told = Told();
+  FakeContext ctx = FiniteInputs();
   const TensorFacts fine = Fp16(0, 0x4000);
   for (const float weights : {0.82f, 1.41f, 19.47f, 4782.83f}) {
     IterationOp(m, ctx, Phase::kForward, fine);
@@ -900,6 +909,50 @@ TEST_F(TracedMonitorTest, AnUpdateGrowingTenfoldAStepIsWarnedLiveAndWrittenAsDiv
   EXPECT_EQ(t->diverging[0].step, 3);
   EXPECT_EQ(t->diverging[0].detail,
             "the updates grew from max|x| 0.82 at step 0 to 4782.83 at step 3");
+}
+
+// A backward op's first overflow comes after its forward op's line is gone:
+// the row is written without one, and filled from the same call of the next
+// step (core/forward_line_fills.h), with a live line saying so.
+TEST_F(TracedMonitorTest, AFirstBackwardOverflowGetsItsForwardLineFromTheNextStepsSameCall) {
+  Monitor& m = *monitor_;
+  const std::vector<std::string>& told = Told();
+  FakeContext ctx = FiniteInputs();
+  const TensorFacts fine = Fp16(0, 0x4000);
+  int parameter = 0;
+  const auto begin_forward = [&](int64_t next_node) {
+    m.OnTopLevelOpStart(Phase::kForward, true, true, GradientsHeld, "aten::linear", &parameter,
+                        next_node, /*thread=*/7);
+    IterationOp(m, ctx, Phase::kForward, fine);
+  };
+  begin_forward(100);
+  const TensorFacts overflowed = Fp16(4);
+  OpEvent div_backward;
+  div_backward.op = "aten::div";
+  div_backward.phase = Phase::kBackward;
+  div_backward.forward_op = "aten::div";
+  div_backward.forward_seq = 103;
+  div_backward.forward_thread = 7;
+  div_backward.outputs = absl::MakeConstSpan(&overflowed, 1);
+  EXPECT_EQ(m.OnOp(div_backward, ctx), Verdict::kOrigin);
+  m.OnOptimizerStepBegin();
+  m.OnOptimizerStepEnd();
+  begin_forward(200);
+  ASSERT_EQ(m.step(), 1);
+  m.OnForwardLine("aten::mul", 203, 7, "train.py:11 in <module>");  // not a division
+  m.OnForwardLine("aten::div", 203, 7, "train.py:12 in <module>");
+  ASSERT_EQ(told.size(), 2u) << ::testing::PrintToString(told);
+  EXPECT_EQ(told[1],
+            "the forward op of step 0's first non-finite values (aten::div, backward of "
+            "aten::div) was called at train.py:12 in <module>: the line of the same call in step 1");
+  ASSERT_TRUE(m.first_origin());
+  EXPECT_EQ(m.first_origin()->source, "train.py:12 in <module>");
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 1u);
+  EXPECT_EQ(t->findings[0].source, "train.py:12 in <module>");
+  EXPECT_TRUE(SourceIsForwardLine(t->findings[0]));
 }
 
 // Two optimizers stepped one after the other (dense and sparse
