@@ -103,7 +103,9 @@ const Singularity kSingularities[] = {
      "correction=1) over a single value divides by N - 1 = 0: NaN (a group, "
      "batch or dimension of size 1)",
      "skip groups of one value, or pass correction=0 (unbiased=False), whose "
-     "std of one value is 0; x.std() + eps does not help, NaN + eps is NaN",
+     "std of one value is 0; x.std() + eps does not help, NaN + eps is NaN. A "
+     "batch of one that comes once an epoch is a DataLoader's last, the rest "
+     "of the dataset: DataLoader(..., drop_last=True)",
      {}, nullptr, /*only_nan=*/true},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",

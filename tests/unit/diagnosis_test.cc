@@ -580,11 +580,13 @@ TEST(Diagnosis, AnFp16LogOfAProbabilityRoundedToOneSaysSo) {
   EXPECT_FALSE(AnyStartsWith(d.evidence, "in float32")) << ::testing::PrintToString(d.evidence);
 }
 
-// GRPO-style advantages: a group of one sample has a std of NaN.
+// GRPO-style advantages: a group of one sample has a std of NaN; so has
+// a batch standardised by hand at an epoch's last batch of one sample.
 TEST(Diagnosis, AStdOverOneValueIsBesselsCorrection) {
   RunSummary s = NanLossRun(4, "aten::std", "", 1, 1, "#0 float32[1] max|x|=1.02241", {2, 3});
   ExpectInvalidMath(s, "a standard deviation or variance with Bessel's correction",
                     "correction=0");
+  ExpectInvalidMath(s, "a standard deviation", "DataLoader(..., drop_last=True)");
   // A variance's +inf is an overflow of its squares, no such thing.
   s.first_origin->nan = 0;
   s.first_origin->posinf = 1;
