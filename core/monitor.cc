@@ -669,6 +669,18 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
   return total.posinf == 0 && context.InputsHoldMasks(e.op);
 }
 
+bool Monitor::NormsOwnZeroDivision(const OpEvent& e, const CheckCounts& total,
+                                   const std::vector<InputFacts>& inputs) {
+  if (e.phase != Phase::kBackward || total.nan == 0 || total.posinf != 0 || total.neginf != 0 ||
+      !DividesByZeroNormInBackward(e.op, e.forward_op)) {
+    return false;
+  }
+  // A NaN it was given is another op's (a GPU op's inputs are not read).
+  return std::none_of(inputs.begin(), inputs.end(), [](const InputFacts& in) {
+    return in.checked && AnyNonFinite(in.counts);
+  });
+}
+
 Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
                                    Format format, OpContext& context,
                                    std::optional<Deferral>* deferral) {
@@ -680,6 +692,12 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     verdict = Verdict::kPropagated;
   } else {
     inputs = context.Inputs();
+    if (NormsOwnZeroDivision(e, total, inputs)) {
+      // Not a mask of the program's (mask_ops_): torch's own, and NaN.
+      absl::MutexLock lock(&mu_);
+      CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false, /*mask=*/true);
+      return Verdict::kMasked;
+    }
     if (IsMasking(e, total, inputs, context)) {
       absl::MutexLock lock(&mu_);
       // A mask is not a non-finite step. A cast of a number the program

@@ -91,6 +91,13 @@ bool PlacesScalar(absl::string_view op) {
   return Named(kOps, op);
 }
 
+bool DividesByZeroNormInBackward(absl::string_view op, absl::string_view forward_op) {
+  static constexpr absl::string_view kNorms[] = {
+      "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm"};
+  return (op == "aten::div" || op == "aten::div_") &&
+         std::find(std::begin(kNorms), std::end(kNorms), forward_op) != std::end(kNorms);
+}
+
 bool CarriesMasks(absl::string_view op) {
   // Beyond the ops that place a mask: those that keep it a mask.
   static constexpr absl::string_view kOps[] = {

@@ -611,6 +611,24 @@ PY
 ) | tee "$build"/forward-lines-check.txt || { failed+=("$part_name"); show_log 20 "$build"/backward-once.log; }
 fi
 
+if time_left "norm backward on CUDA"; then
+part "F.normalize of padding embeddings, on CUDA: the norm backward's own 0/0 at zero vectors, which it masks itself, is no origin (its inputs are not read there)"
+on_cuda "$build"/normalized normalized_padding.py
+("$python" - "$build" <<'PY'
+import json, sys
+try:
+    r = json.load(open(f"{sys.argv[1]}/normalized.json"))
+except Exception as e:
+    r = {"error": repr(e)}
+d = r.get("diagnosis") or {}
+ok = r.get("first_origin") is None and (d.get("title") or "").startswith("Healthy: no non-finite")
+print(f"normalized padding, CUDA: {d.get('title')}, first origin {r.get('first_origin')}: "
+      f"{'OK' if ok else 'WRONG'}")
+sys.exit(0 if ok else 1)
+PY
+) | tee "$build"/norm-backward-check.txt || { failed+=("$part_name"); show_log 20 "$build"/normalized.log; }
+fi
+
 if time_left "fp16 FFT on CUDA"; then
 part "an FNO's fp16 FFT on CUDA: its complex32 spectrum overflows at step 2, checked as real and imaginary parts"
 on_cuda "$build"/spectral fp16_spectral_conv.py

@@ -299,7 +299,9 @@ const SteepAtZero kSteepAtZero[] = {
      "a square root's, or a norm's of a zero vector",
      "keep the argument off 0 before the square root: (d2 + eps).sqrt(), or "
      "torch.where(d2 > 0, d2, 1).sqrt() inside the where (the \"double where\"); "
-     "torch.cdist and F.pairwise_distance do it with an eps of their own"},
+     "torch.cdist and F.pairwise_distance do it with an eps of their own, and a norm by "
+     "hand, x.pow(2).sum(-1).sqrt() (a gradient penalty's), is torch.linalg.vector_norm(x, "
+     "dim=-1), whose gradient at a zero vector is 0"},
     {{"aten::pow", "aten::float_power"},
      "a power's with an exponent below 1, e * x ** (e - 1): a square root's, or a focal "
      "loss's (1 - p) ** gamma with gamma < 1 where p is 1",
@@ -322,6 +324,17 @@ const SteepAtZero* SteepAtZeroGradient(const FindingRow& f) {
     }
   }
   return nullptr;
+}
+
+// Why `f`, the backward of `steep`'s function, made inf/NaN.
+std::string SteepAtZeroCause(const SteepAtZero& steep, const FindingRow& f) {
+  return absl::StrCat(
+      "the derivative of ", f.forward_op, " at 0 is infinite (", steep.what,
+      "): its backward multiplies the incoming gradient by inf there, ",
+      f.nan > 0 ? "and 0 x inf is NaN where that gradient was 0 (entries a torch.where or "
+                  "masked_fill did not select)"
+                : "which is inf wherever that gradient was not 0",
+      ", though the forward value at 0 was finite");
 }
 
 }  // namespace
@@ -369,20 +382,28 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
   d.op = f.op;
   d.title = "Healthy: the inf/NaN made in each step were dropped before any weight";
   d.evidence.push_back(WhatItGave(f));
-  const Singularity* singular = SingularityOf(f);
+  // The division is the square root's derivative, not one of the program's.
+  const SteepAtZero* steep = SteepAtZeroGradient(f);
+  const Singularity* singular = steep != nullptr ? nullptr : SingularityOf(f);
   if (singular != nullptr) d.evidence.push_back(singular->cause);
+  if (steep != nullptr) d.evidence.push_back(SteepAtZeroCause(*steep, f));
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
   d.evidence.push_back(absl::StrCat(
       "in ", s.nonfinite_steps.size(), " of ", s.steps,
       " steps; by the end of each one's optimizer step every tensor that held "
       "them had been freed: they were zeroed or selected away (masked_fill, "
-      "where, nan_to_num), and no weight, gradient or buffer held inf/NaN"));
+      "where, nan_to_num, a ReLU's backward), and no weight, gradient or buffer "
+      "held inf/NaN"));
+  constexpr absl::string_view kHarmless =
+      "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise stops at the "
+      "first): ";
   d.fixes.push_back(
-      singular != nullptr && singular->when_dropped != nullptr
-          ? singular->when_dropped
-          : "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise "
-            "stops at the first): mask with torch.finfo(dtype).min instead of -inf, "
-            "or keep one position of every row unmasked");
+      steep != nullptr ? absl::StrCat(kHarmless, steep->fix)
+      : singular != nullptr && singular->when_dropped != nullptr
+          ? std::string(singular->when_dropped)
+          : absl::StrCat(kHarmless,
+                         "mask with torch.finfo(dtype).min instead of -inf, or keep one "
+                         "position of every row unmasked"));
   return d;
 }
 
@@ -449,13 +470,7 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
         "valid before ", f.op));
   }
   if (steep != nullptr) {
-    d.evidence.push_back(absl::StrCat(
-        "the derivative of ", f.forward_op, " at 0 is infinite (", steep->what,
-        "): its backward multiplies the incoming gradient by inf there, ",
-        f.nan > 0 ? "and 0 x inf is NaN where that gradient was 0 (entries a torch.where or "
-                    "masked_fill did not select)"
-                  : "which is inf wherever that gradient was not 0",
-        ", though the forward value at 0 was finite"));
+    d.evidence.push_back(SteepAtZeroCause(*steep, f));
     d.fixes.push_back(steep->fix);
   }
   // Finite inputs so large that their square is past fp32's range: values

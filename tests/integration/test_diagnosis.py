@@ -260,28 +260,62 @@ def test_a_where_that_masks_log_of_zero_still_has_a_nan_gradient(out):
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
-def test_a_square_roots_nan_gradient_at_zero_is_its_derivative_not_a_division(out):
-    # sqrt(0) = 0 is finite; SqrtBackward's grad / (2 * 0) is 0 / 0 where a
-    # torch.where sent no gradient. It said "keep the denominator away
-    # from 0, or mask the entries where it is 0": the mask is the trap.
-    script = SCRIPTS / "pairwise_distance_sqrt.py"
+def square_root_at_zero(script, out, kind):
+    """Runs SCRIPT, whose first origin is SqrtBackward's division at step 2,
+    diagnosed KIND as the square root's derivative at 0, no division of the
+    program's. Returns (the run, the diagnosis)."""
     r = preload_run([PYTHON, script], out)
     assert r.returncode == 0, r.stderr
-    assert "step 2 loss 0.133976 weights finite False" in r.stdout
     j = view_json(out)
     first = j["first_origin"]
     assert (first["op"], first["phase"], first["forward_op"], first["step"]) == (
         "aten::div", "backward", "aten::sqrt", 2), first
     d = j["diagnosis"]
-    assert d["kind"] == "invalid_math", d
+    assert d["kind"] == kind, d
     evidence = " ".join(d["evidence"])
     assert "the derivative of aten::sqrt at 0 is infinite" in evidence, d
     assert "a division by 0" not in evidence, d
+    return r, d
+
+
+def test_a_square_roots_nan_gradient_at_zero_is_its_derivative_not_a_division(out):
+    # sqrt(0) = 0 is finite; SqrtBackward's grad / (2 * 0) is 0 / 0 where a
+    # torch.where sent no gradient. It said "keep the denominator away
+    # from 0, or mask the entries where it is 0": the mask is the trap.
+    script = SCRIPTS / "pairwise_distance_sqrt.py"
+    r, d = square_root_at_zero(script, out, "invalid_math")
+    assert "step 2 loss 0.133976 weights finite False" in r.stdout
     assert d["fixes"][0].startswith("keep the argument off 0 before the square root"), d
     assert not any("mask the entries" in f for f in d["fixes"]), d["fixes"]
     monitored, _ = plain_and_monitored([PYTHON, script, "eps"], out.parent / "fixed")
     assert "step 3 loss 0.129299 weights finite True" in monitored.stdout
     assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
+def test_a_gradient_penaltys_norm_by_hand_at_zero_is_dropped_with_the_sqrts_fix(out):
+    # The -inf of SqrtBackward at a zero gradient row, which the critic's
+    # ReLU backward zeroed: healthy, said as the square root's derivative.
+    # Its fix was a mask's (finfo.min instead of -inf), which this run has
+    # none of.
+    script = SCRIPTS / "gradient_penalty_by_hand.py"
+    _, d = square_root_at_zero(script, out, "healthy")
+    assert "torch.linalg.vector_norm(x, dim=-1)" in d["fixes"][0], d["fixes"]
+    assert "finfo" not in d["fixes"][0], d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, script, "norm"], out.parent / "fixed")
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
+def test_normalized_padding_embeddings_are_healthy_not_a_nan_origin(out):
+    # F.normalize's norm backward divides 0 by 0 at each padding row and
+    # masks it itself: every step said "first non-finite values: origin
+    # aten::div (backward)", and the view "the inf/NaN made in each step
+    # were dropped", advising a finfo.min mask the program has none of.
+    r = preload_run([PYTHON, SCRIPTS / "normalized_padding.py"], out)
+    assert r.returncode == 0, r.stderr
+    assert "first non-finite values" not in r.stderr, r.stderr
+    j = view_json(out)
+    assert j["first_origin"] is None, j["first_origin"]
+    assert j["diagnosis"]["title"].startswith("Healthy: no non-finite values"), j["diagnosis"]
 
 
 def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):

@@ -545,6 +545,27 @@ TEST(Diagnosis, ASquareRootsNanGradientAtZeroIsItsDerivative) {
   ExpectInvalidMath(s, "a division by 0", "keep the denominator away from 0");
 }
 
+// A gradient penalty's norm by hand, x.pow(2).sum(-1).sqrt(), over a zero
+// gradient row: its square root's backward made -inf, which a ReLU's
+// backward dropped before any weight. Healthy, and the way to stop it is
+// the square root's, not a mask's finfo.min.
+TEST(Diagnosis, ASquareRootsDroppedInfAtZeroIsHealthyWithTheSquareRootsFix) {
+  RunSummary s;
+  s.steps = 5;
+  s.first_origin = NanGradient("aten::sqrt", 2, 0, 8);
+  s.first_origin->neginf = 1;
+  s.nonfinite_steps = {2};
+  const Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "healthy");
+  EXPECT_TRUE(AnyStartsWith(d.evidence, "the derivative of aten::sqrt at 0 is infinite"))
+      << ::testing::PrintToString(d.evidence);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "a division by 0")) << ::testing::PrintToString(d.evidence);
+  ASSERT_EQ(d.fixes.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "nothing harms training")) << d.fixes[0];
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "torch.linalg.vector_norm")) << d.fixes[0];
+  EXPECT_FALSE(absl::StrContains(d.fixes[0], "finfo")) << d.fixes[0];
+}
+
 // acos of a cosine rounded past 1 is NaN, and so is its derivative: no
 // where-trap (nothing masked a -inf), and the fix is the clamp into the
 // domain, before the op.

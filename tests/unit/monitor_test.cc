@@ -531,6 +531,37 @@ TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillI
   EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
 }
 
+// F.normalize of a zero vector (a padding embedding): the norm's backward
+// divides by the norm, 0 / 0, and masks those NaN itself right after. Its
+// own, of finite inputs, NaN alone: no finding. Not so for a division of
+// the program's, a square root's derivative, an inf, or a NaN it was given.
+TEST_F(MonitorTest, ANormsBackwardZeroDivisionIsItsOwnMaskedNaN) {
+  FakeContext ctx;
+  ctx.inputs = {Input(false, true), Input(false, true)};
+  TensorFacts nan = Fp16(0);
+  nan.format = Format::kF32;
+  nan.counts.nan = 8;
+  const auto backward_div = [&](const char* forward_op, const TensorFacts& out) {
+    OpEvent e;
+    e.op = "aten::div";
+    e.phase = Phase::kBackward;
+    e.forward_op = forward_op;
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    return monitor_.OnOp(e, ctx);
+  };
+  EXPECT_EQ(backward_div("aten::linalg_vector_norm", nan), Verdict::kMasked);
+  EXPECT_EQ(backward_div("aten::norm", nan), Verdict::kMasked);
+  EXPECT_EQ(monitor_.findings(), 0);
+  EXPECT_TRUE(monitor_.mask_ops().empty()) << "torch's, not a mask of the program's";
+  EXPECT_EQ(backward_div("aten::sqrt", nan), Verdict::kOrigin);
+  TensorFacts inf = nan;
+  inf.counts.nan = 0;
+  inf.counts.posinf = 1;
+  EXPECT_EQ(backward_div("aten::linalg_vector_norm", inf), Verdict::kOrigin);
+  ctx.inputs = {Input(true, true), Input(false, true)};
+  EXPECT_EQ(backward_div("aten::linalg_vector_norm", nan), Verdict::kPropagated);
+}
+
 // torch.finfo(torch.float32).min in fp32: 0x7F7FFFFF, past fp16's range.
 TensorFacts Fp32MaskConstants() {
   TensorFacts t;
