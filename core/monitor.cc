@@ -669,10 +669,10 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
   return total.posinf == 0 && context.InputsHoldMasks(e.op);
 }
 
-bool Monitor::NormsOwnZeroDivision(const OpEvent& e, const CheckCounts& total,
-                                   const std::vector<InputFacts>& inputs) {
+bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
+                                    const std::vector<InputFacts>& inputs) {
   if (e.phase != Phase::kBackward || total.nan == 0 || total.posinf != 0 || total.neginf != 0 ||
-      !DividesByZeroNormInBackward(e.op, e.forward_op)) {
+      !MasksItsZeroDivisionInBackward(e.op, e.forward_op)) {
     return false;
   }
   // A NaN it was given is another op's (a GPU op's inputs are not read).
@@ -692,7 +692,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     verdict = Verdict::kPropagated;
   } else {
     inputs = context.Inputs();
-    if (NormsOwnZeroDivision(e, total, inputs)) {
+    if (OwnMaskedZeroDivision(e, total, inputs)) {
       // Not a mask of the program's (mask_ops_): torch's own, and NaN.
       absl::MutexLock lock(&mu_);
       CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false, /*mask=*/true);

@@ -583,10 +583,11 @@ class Monitor {
   // deliberate scalar inputs it finds.
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context);
-  // NaN of a norm's backward division at a zero vector, which it masks
-  // itself (DividesByZeroNormInBackward), of inputs that were finite.
-  static bool NormsOwnZeroDivision(const OpEvent& e, const CheckCounts& total,
-                                   const std::vector<InputFacts>& inputs);
+  // NaN of a norm's or std's backward division at a zero vector or a
+  // constant input, which it masks itself (MasksItsZeroDivisionInBackward),
+  // of inputs that were finite.
+  static bool OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
+                                    const std::vector<InputFacts>& inputs);
   Verdict ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
                             Format format, OpContext& context,
                             std::optional<Deferral>* deferral) ABSL_LOCKS_EXCLUDED(mu_);

@@ -91,11 +91,12 @@ bool PlacesScalar(absl::string_view op) {
   return Named(kOps, op);
 }
 
-bool DividesByZeroNormInBackward(absl::string_view op, absl::string_view forward_op) {
-  static constexpr absl::string_view kNorms[] = {
-      "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm"};
+bool MasksItsZeroDivisionInBackward(absl::string_view op, absl::string_view forward_op) {
+  static constexpr absl::string_view kMasking[] = {
+      "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm",
+      "aten::std", "aten::std_mean"};
   return (op == "aten::div" || op == "aten::div_") &&
-         std::find(std::begin(kNorms), std::end(kNorms), forward_op) != std::end(kNorms);
+         std::find(std::begin(kMasking), std::end(kMasking), forward_op) != std::end(kMasking);
 }
 
 bool CarriesMasks(absl::string_view op) {

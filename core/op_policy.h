@@ -78,12 +78,16 @@ bool CarriesMasks(absl::string_view op);
 // A norm's backward divides by the norm, then sets the entries of zero
 // vectors to 0 itself (torch's norm_backward: `grad * (self /
 // norm).masked_fill_(norm == 0, 0)`; other p: `grad / norm.pow(p - 1)`,
-// masked the same way). NaN alone from that division, of finite inputs, is
-// its 0 / 0 at a zero vector (|self_i| <= ||self||: no overflow): the norm's
-// own, masked right after, in every healthy run that normalises a zero
-// vector (F.normalize of a padding embedding, a gradient penalty's zero
-// gradient). Whether `op`, run in the backward of `forward_op`, is it.
-bool DividesByZeroNormInBackward(absl::string_view op, absl::string_view forward_op);
+// masked the same way); a standard deviation's likewise at a constant
+// input (std_backward: `(grad / (result * 2)).masked_fill_(result == 0,
+// 0)`). NaN alone from that division, of finite inputs, is its 0 / 0 there
+// (a finite x / 0 is ±inf, which a tiny divisor's overflow gives too, and
+// is still judged): the function's own, masked right after, in every
+// healthy run that normalises a zero vector (F.normalize of a padding
+// embedding, a gradient penalty's zero gradient) or standardises a
+// constant feature. Whether `op`, run in the backward of `forward_op`, is
+// it.
+bool MasksItsZeroDivisionInBackward(absl::string_view op, absl::string_view forward_op);
 
 // Ops among those that add a mask to what they compute (baddbmm: mask +
 // q @ k^T): +inf from them, when the masks they were given hold none, is

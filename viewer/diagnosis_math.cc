@@ -51,7 +51,10 @@ const Singularity kSingularities[] = {
      "keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps); a normalisation "
      "by hand, x / x.norm(dim=-1, keepdim=True), is F.normalize(x, dim=-1), which clamps "
      "the norm at eps), or mask the entries where it is 0",
-     {"aten::rsqrt"}},
+     {"aten::rsqrt"},
+     "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise stops at the "
+     "first): keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps)), or "
+     "mask the entries where it is 0 before the division, not after"},
     // pow's +inf is a square past 65504: an overflow, not this.
     {{"aten::sqrt", "aten::pow", "aten::float_power"},
      "a square root or fractional power of a negative number is NaN (a variance "

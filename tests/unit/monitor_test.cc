@@ -532,10 +532,12 @@ TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillI
 }
 
 // F.normalize of a zero vector (a padding embedding): the norm's backward
-// divides by the norm, 0 / 0, and masks those NaN itself right after. Its
-// own, of finite inputs, NaN alone: no finding. Not so for a division of
-// the program's, a square root's derivative, an inf, or a NaN it was given.
-TEST_F(MonitorTest, ANormsBackwardZeroDivisionIsItsOwnMaskedNaN) {
+// divides by the norm, 0 / 0, and masks those NaN itself right after; a
+// std's at a constant feature likewise. Their own, of finite inputs, NaN
+// alone: no finding. Not so for a division of the program's, a square
+// root's derivative, an inf (a tiny divisor's overflow gives one too), or
+// a NaN it was given.
+TEST_F(MonitorTest, ANormsOrStdsBackwardZeroDivisionIsItsOwnMaskedNaN) {
   FakeContext ctx;
   ctx.inputs = {Input(false, true), Input(false, true)};
   TensorFacts nan = Fp16(0);
@@ -551,6 +553,7 @@ TEST_F(MonitorTest, ANormsBackwardZeroDivisionIsItsOwnMaskedNaN) {
   };
   EXPECT_EQ(backward_div("aten::linalg_vector_norm", nan), Verdict::kMasked);
   EXPECT_EQ(backward_div("aten::norm", nan), Verdict::kMasked);
+  EXPECT_EQ(backward_div("aten::std", nan), Verdict::kMasked);
   EXPECT_EQ(monitor_.findings(), 0);
   EXPECT_TRUE(monitor_.mask_ops().empty()) << "torch's, not a mask of the program's";
   EXPECT_EQ(backward_div("aten::sqrt", nan), Verdict::kOrigin);
