@@ -210,8 +210,11 @@ void Monitor::OnForwardLine(absl::string_view op, int64_t seq, uint64_t thread,
                             absl::string_view line) {
   if (!forward_line_fills_.any()) return;
   absl::MutexLock lock(&mu_);
-  const int64_t step = steps_.step();
-  for (ForwardLineFills::Fill& fill : forward_line_fills_.OnLine(step, op, seq, thread, line)) {
+  WriteForwardLinesLocked(forward_line_fills_.OnLine(steps_.step(), op, seq, thread, line));
+}
+
+void Monitor::WriteForwardLinesLocked(std::vector<ForwardLineFills::Fill> fills) {
+  for (ForwardLineFills::Fill& fill : fills) {
     FindingKey& key = fill.key;
     if (first_origin_ && first_origin_->source.empty() && first_origin_->step == key.step &&
         first_origin_->call_index == key.call_index && first_origin_->op == key.op) {
@@ -220,7 +223,7 @@ void Monitor::OnForwardLine(absl::string_view op, int64_t seq, uint64_t thread,
         notify_(absl::StrFormat(
             "the forward op of step %d's first non-finite values (%s, backward of %s) was "
             "called at %s: the line of the same call in step %d",
-            key.step, key.op, key.forward_op, fill.source, step));
+            key.step, key.op, key.forward_op, fill.source, fill.from_step));
       }
     }
     if (writer_) {
@@ -265,7 +268,7 @@ void Monitor::OnTopLevelOpStart(Phase phase, bool grad_enabled, bool takes_grad_
   }
   if (began) {
     WriteStepBegunLocked(now);
-    forward_line_fills_.OnStepBegan(steps_.step(), next_node, thread);
+    WriteForwardLinesLocked(forward_line_fills_.OnStepBegan(steps_.step(), next_node, thread));
   } else if (phase == Phase::kForward && grad_enabled && takes_grad_input) {
     forward_line_fills_.OnTrainingOp(steps_.step(), next_node, thread);
   }
@@ -671,9 +674,20 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
 
 bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
                                     const std::vector<InputFacts>& inputs) {
-  if (e.phase != Phase::kBackward || total.nan == 0 || total.posinf != 0 || total.neginf != 0 ||
-      !MasksItsZeroDivisionInBackward(e.op, e.forward_op)) {
-    return false;
+  if (e.phase != Phase::kBackward) return false;
+  switch (MasksItsZeroDivisionInBackward(e.op, e.forward_op)) {
+    case OwnZeroDivision::kNone:
+      return false;
+    case OwnZeroDivision::kNanOnly:
+      if (total.nan == 0 || total.posinf != 0 || total.neginf != 0) return false;
+      break;
+    case OwnZeroDivision::kAnyWide:
+      if (!std::all_of(e.outputs.begin(), e.outputs.end(), [](const TensorFacts& t) {
+            return t.format == Format::kF32 || t.format == Format::kF64;
+          })) {
+        return false;
+      }
+      break;
   }
   // A NaN it was given is another op's (a GPU op's inputs are not read).
   return std::none_of(inputs.begin(), inputs.end(), [](const InputFacts& in) {

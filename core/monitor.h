@@ -386,6 +386,11 @@ class Monitor {
   // before whose forward op was the same call get that line
   // (core/forward_line_fills.h). One load while none waits.
   void OnForwardLine(absl::string_view op, int64_t seq, uint64_t thread, absl::string_view line);
+  // What names the maker of each node number (the plugin's ring of forward
+  // ops), to find a forward op's call again by its name's count.
+  void set_named_nodes(ForwardLineFills::NamedNodes named_nodes) {
+    forward_line_fills_.set_named_nodes(std::move(named_nodes));
+  }
   // A top-level op may begin a step (StepTracker::step_may_begin): the
   // caller then tells the start of each top-level forward op on a tensor
   // that requires grad, which judges and begins it there, as OnOp would at
@@ -583,9 +588,9 @@ class Monitor {
   // deliberate scalar inputs it finds.
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context);
-  // NaN of a norm's or std's backward division at a zero vector or a
-  // constant input, which it masks itself (MasksItsZeroDivisionInBackward),
-  // of inputs that were finite.
+  // What a norm's, std's or distance's backward division made at a zero,
+  // which it masks itself (MasksItsZeroDivisionInBackward), of inputs that
+  // were finite.
   static bool OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
                                     const std::vector<InputFacts>& inputs);
   Verdict ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
@@ -635,6 +640,9 @@ class Monitor {
   // and when `row` has no line, waits for its forward op's call in a later
   // step to fill it.
   void WantForwardLine(const OpEvent& e, const FindingRow& row);
+  // Fills the rows of `fills` and says live when the first origin's is one.
+  void WriteForwardLinesLocked(std::vector<ForwardLineFills::Fill> fills)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double step_started_ ABSL_GUARDED_BY(mu_) = 0;
   // When the last optimizer record of the step ended, while the next step
   // waits for its first forward op; the step's end time.

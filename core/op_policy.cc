@@ -91,12 +91,16 @@ bool PlacesScalar(absl::string_view op) {
   return Named(kOps, op);
 }
 
-bool MasksItsZeroDivisionInBackward(absl::string_view op, absl::string_view forward_op) {
-  static constexpr absl::string_view kMasking[] = {
+OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
+                                               absl::string_view forward_op) {
+  static constexpr absl::string_view kNorms[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm",
       "aten::std", "aten::std_mean"};
-  return (op == "aten::div" || op == "aten::div_") &&
-         std::find(std::begin(kMasking), std::end(kMasking), forward_op) != std::end(kMasking);
+  if (op != "aten::div" && op != "aten::div_") return OwnZeroDivision::kNone;
+  if (forward_op == "aten::_euclidean_dist") return OwnZeroDivision::kAnyWide;
+  return std::find(std::begin(kNorms), std::end(kNorms), forward_op) != std::end(kNorms)
+             ? OwnZeroDivision::kNanOnly
+             : OwnZeroDivision::kNone;
 }
 
 bool CarriesMasks(absl::string_view op) {

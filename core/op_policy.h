@@ -75,19 +75,34 @@ bool PlacesScalar(absl::string_view op);
 // op that makes inf from a mask is an origin (a loss over a masked
 // position), as is any op that makes NaN of one (a row masked entirely).
 bool CarriesMasks(absl::string_view op);
-// A norm's backward divides by the norm, then sets the entries of zero
-// vectors to 0 itself (torch's norm_backward: `grad * (self /
-// norm).masked_fill_(norm == 0, 0)`; other p: `grad / norm.pow(p - 1)`,
-// masked the same way); a standard deviation's likewise at a constant
-// input (std_backward: `(grad / (result * 2)).masked_fill_(result == 0,
-// 0)`). NaN alone from that division, of finite inputs, is its 0 / 0 there
-// (a finite x / 0 is ±inf, which a tiny divisor's overflow gives too, and
-// is still judged): the function's own, masked right after, in every
-// healthy run that normalises a zero vector (F.normalize of a padding
-// embedding, a gradient penalty's zero gradient) or standardises a
-// constant feature. Whether `op`, run in the backward of `forward_op`, is
-// it.
-bool MasksItsZeroDivisionInBackward(absl::string_view op, absl::string_view forward_op);
+
+// Backward formulas that divide by a norm, a standard deviation or a
+// distance, then set the entries where it was 0 to 0 themselves:
+// - a norm's (norm_backward: `grad * (self / norm).masked_fill_(norm == 0,
+//   0)`; other p: `grad / norm.pow(p - 1)`, masked the same way), at a zero
+//   vector: F.normalize of a padding embedding, a gradient penalty's zero
+//   gradient;
+// - a standard deviation's (std_backward: `(grad / (result *
+//   2)).masked_fill_(result == 0, 0)`), at a constant input: a dead
+//   feature standardised by hand;
+// - a Euclidean distance's (_euclidean_dist_backward: `ratio = grad / res;
+//   ratio.masked_fill_(res == 0, 0)`), at two equal points: torch.cdist(x,
+//   x)'s diagonal.
+// What comes out of that division in the backward of those ops, of finite
+// inputs, and is the function's own, masked right after in every healthy
+// run that has such a zero:
+enum class OwnZeroDivision {
+  kNone,
+  // NaN alone, 0 / 0: a finite x / 0 is ±inf, which a tiny divisor's
+  // overflow gives too (a norm's power, a std of fp16 values), and is
+  // still judged.
+  kNanOnly,
+  // ±inf too, in fp32 and fp64: a distance's gradient over a distance too
+  // small to tell from 0 there (1e-38) does not come about but at 0.
+  kAnyWide,
+};
+OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
+                                               absl::string_view forward_op);
 
 // Ops among those that add a mask to what they compute (baddbmm: mask +
 // q @ k^T): +inf from them, when the masks they were given hold none, is

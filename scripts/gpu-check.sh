@@ -603,7 +603,7 @@ try:
 except Exception as e:
     first = {"error": repr(e)}
 ok = (first.get("op"), first.get("phase"), first.get("step")) == ("aten::div", "backward", 3) \
-    and first.get("source", "").endswith("backward_overflow_once.py:26 in <module>")
+    and first.get("source", "").endswith("backward_overflow_once.py:29 in <module>")
 print(f"first origin {first.get('op')} ({first.get('phase')}) at step {first.get('step')}, "
       f"forward op called at {first.get('source') or '(no line)'}: {'OK' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)

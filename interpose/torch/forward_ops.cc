@@ -62,6 +62,23 @@ ForwardOps::Found ForwardOps::Lookup(uint64_t thread, int64_t seq) {
   return {s.name.load(std::memory_order_relaxed), s.line.load(std::memory_order_relaxed)};
 }
 
+int64_t ForwardOps::CountNamed(uint64_t thread, int64_t from, int64_t to,
+                               absl::string_view name) {
+  if (from < 0 || to < from || to - from > kSlots) return -1;
+  Ring* r = FindRing(thread, false);
+  if (r == nullptr) return -1;
+  int64_t count = 0;
+  for (int64_t seq = from; seq < to; ++seq) {
+    const Slot& s = r->slots[seq & (kSlots - 1)];
+    // A number no record of nanhunt's took (a node made inside a record it
+    // skipped) is no node of that name.
+    if (s.seq.load(std::memory_order_acquire) != seq) continue;
+    const char* maker = s.name.load(std::memory_order_relaxed);
+    count += maker != nullptr && name == maker;
+  }
+  return count;
+}
+
 const std::string* ForwardOps::InternLine(const std::string& line) {
   static absl::Mutex mu(absl::kConstInit);
   // Leaked on purpose: backward records read the lines until the process ends.

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/strings/string_view.h"
+
 namespace nanhunt {
 
 class ForwardOps {
@@ -23,6 +25,10 @@ class ForwardOps {
   static void Record(uint64_t thread, int64_t seq, const char* name,
                      const std::string* line = nullptr);
   static Found Lookup(uint64_t thread, int64_t seq);
+  // How many of the nodes `from` to `to` (excluded) an op named `name`
+  // made on `thread` (ForwardLineFills::NamedNodes); -1 when the ring no
+  // longer holds them all.
+  static int64_t CountNamed(uint64_t thread, int64_t from, int64_t to, absl::string_view name);
   // `line` kept for the process, once per distinct line.
   static const std::string* InternLine(const std::string& line);
   // A record named by a string rather than an operator schema (a Python

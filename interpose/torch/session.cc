@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/quiet_thread.h"
+#include "interpose/torch/forward_ops.h"
 #include "core/trace_schema.h"
 
 namespace nanhunt {
@@ -223,6 +224,7 @@ Session::Session(Config config, std::unique_ptr<TraceWriter> writer)
                                          static_cast<uint64_t>(config_.sample_seed),
                                          config_.escalate_steps);
   }
+  monitor_->set_named_nodes(&ForwardOps::CountNamed);
   if (!config_.quiet) {
     monitor_->set_notify([](const std::string& line) {
       fprintf(stderr, "nanhunt: %s\n", line.c_str());

@@ -305,10 +305,12 @@ def test_a_gradient_penaltys_norm_by_hand_at_zero_is_dropped_with_the_sqrts_fix(
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
-@pytest.mark.parametrize("script", ["normalized_padding.py", "standardized_dead_feature.py"])
+@pytest.mark.parametrize("script", [
+    "normalized_padding.py", "standardized_dead_feature.py", "rbf_kernel_cdist.py"])
 def test_a_norms_or_stds_own_masked_zero_division_is_healthy_not_a_nan_origin(script, out):
-    # F.normalize's norm backward divides 0 by 0 at each padding row, and a
-    # std's backward at a dead feature, and each masks it itself: every
+    # F.normalize's norm backward divides 0 by 0 at each padding row, a
+    # std's backward at a dead feature, cdist(z, z)'s at its diagonal
+    # (x / 0, -inf in fp32), and each masks it itself: every
     # step said "first non-finite values: origin aten::div (backward)", and
     # the view "the inf/NaN made in each step were dropped", advising a
     # finfo.min mask the program has none of.

@@ -533,7 +533,7 @@ TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillI
 
 // F.normalize of a zero vector (a padding embedding): the norm's backward
 // divides by the norm, 0 / 0, and masks those NaN itself right after; a
-// std's at a constant feature likewise. Their own, of finite inputs, NaN
+// std's at a constant feature likewise, and a distance's at equal points. Their own, of finite inputs, NaN
 // alone: no finding. Not so for a division of the program's, a square
 // root's derivative, an inf (a tiny divisor's overflow gives one too), or
 // a NaN it was given.
@@ -561,6 +561,13 @@ TEST_F(MonitorTest, ANormsOrStdsBackwardZeroDivisionIsItsOwnMaskedNaN) {
   inf.counts.nan = 0;
   inf.counts.posinf = 1;
   EXPECT_EQ(backward_div("aten::linalg_vector_norm", inf), Verdict::kOrigin);
+  // A distance's x / 0 in fp32 (cdist(x, x)'s diagonal) too; not in fp16,
+  // where a tiny distance overflows the gradient.
+  ctx.inputs = {Input(false, true), Input(false, true)};
+  EXPECT_EQ(backward_div("aten::_euclidean_dist", inf), Verdict::kMasked);
+  TensorFacts fp16_inf = inf;
+  fp16_inf.format = Format::kF16;
+  EXPECT_EQ(backward_div("aten::_euclidean_dist", fp16_inf), Verdict::kOrigin);
   ctx.inputs = {Input(true, true), Input(false, true)};
   EXPECT_EQ(backward_div("aten::linalg_vector_norm", nan), Verdict::kPropagated);
 }

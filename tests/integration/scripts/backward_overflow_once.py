@@ -3,15 +3,18 @@ step 3, while its forward pass stays finite: dy/dw = -x / w^2 passes fp16's
 65504 when the divisor shrinks a hundredfold. Nothing overflows again: the
 NaN it leaves in w only propagates, so no later backward finding of the
 division captures its forward op's line. With "branch", the forward pass
-gains an op from step 4 on (a data-dependent branch): the division's node
-is numbered one later than in step 3, and a later call at step 3's number
-is another op's. DEVICE=cuda runs it on the GPU. Prints each step's loss."""
+gains an op of another name from step 4 on (a data-dependent branch): the
+division's node is numbered one later than in step 3, and is still the
+step's first division. With "checked", the loop checks its weights after
+each update with grad on (torch.isfinite on each parameter): those nodes
+begin the next step, and step 0 has none before its forward pass. DEVICE=cuda runs it on the GPU. Prints each step's loss."""
 import os
 import sys
 
 import torch
 
 branch = "branch" in sys.argv[1:]
+checked = "checked" in sys.argv[1:]
 device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 w = torch.nn.Parameter(torch.full((8,), 1.0, dtype=torch.float16, device=device))
@@ -28,4 +31,6 @@ for step in range(6):
     opt.zero_grad()
     loss.backward()
     opt.step()
+    if checked:
+        print("weights finite", all(torch.isfinite(p).all().item() for p in [w, *layer.parameters()]))
     print(step, loss.item(), flush=True)
