@@ -38,7 +38,6 @@ namespace nanhunt {
 struct FindingKey {
   int64_t step = 0, call_index = 0;
   std::string op, forward_op;
-  bool origin = false;  // an origin or input finding (not a warning)
 };
 
 class ForwardLineFills {

@@ -200,8 +200,7 @@ void Monitor::WantForwardLine(const OpEvent& e, const FindingRow& row) {
   forward_lines_.Want(e.forward_op, row.step + kForwardLineSteps);
   if (row.source.empty() && e.forward_seq >= 0) {
     forward_line_fills_.Want(
-        FindingKey{row.step, row.call_index, row.op, row.forward_op,
-                   row.kind == "origin" || row.kind == "input"},
+        FindingKey{row.step, row.call_index, row.op, row.forward_op},
         e.forward_seq, e.forward_thread);
   }
 }

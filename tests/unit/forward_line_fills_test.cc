@@ -12,7 +12,7 @@ namespace nanhunt {
 namespace {
 
 FindingKey Key(int64_t step, int64_t call_index, const char* forward_op = "aten::div") {
-  return FindingKey{step, call_index, "aten::div", forward_op, /*origin=*/true};
+  return FindingKey{step, call_index, "aten::div", forward_op};
 }
 
 // The plugin's ring of forward ops, as a map from node number to maker.
