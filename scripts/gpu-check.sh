@@ -621,9 +621,11 @@ try:
 except Exception as e:
     r = {"error": repr(e)}
 d = r.get("diagnosis") or {}
-ok = r.get("first_origin") is None and (d.get("title") or "").startswith("Healthy: no non-finite")
-print(f"normalized padding, CUDA: {d.get('title')}, first origin {r.get('first_origin')}: "
-      f"{'OK' if ok else 'WRONG'}")
+# Its three steps ran (without a GPU the script stops at its first tensor).
+ok = r.get("steps") == 3 and r.get("first_origin") is None and \
+    (d.get("title") or "").startswith("Healthy: no non-finite")
+print(f"normalized padding, CUDA: {r.get('steps')} steps, {d.get('title')}, first origin "
+      f"{r.get('first_origin')}: {'OK' if ok else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
 ) | tee "$build"/norm-backward-check.txt || { failed+=("$part_name"); show_log 20 "$build"/normalized.log; }
