@@ -706,7 +706,8 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
   } else {
     inputs = context.Inputs();
     if (OwnMaskedZeroDivision(e, total, inputs)) {
-      // Not a mask of the program's (mask_ops_): torch's own, and NaN.
+      // Not a mask of the program's (mask_ops_): torch's own, masked by the
+      // backward formula that made it.
       absl::MutexLock lock(&mu_);
       CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false, /*mask=*/true);
       return Verdict::kMasked;

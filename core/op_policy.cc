@@ -93,12 +93,13 @@ bool PlacesScalar(absl::string_view op) {
 
 OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
                                                absl::string_view forward_op) {
-  static constexpr absl::string_view kNorms[] = {
+  static constexpr absl::string_view kNormsAndStds[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm",
       "aten::std", "aten::std_mean"};
   if (op != "aten::div" && op != "aten::div_") return OwnZeroDivision::kNone;
   if (forward_op == "aten::_euclidean_dist") return OwnZeroDivision::kAnyWide;
-  return std::find(std::begin(kNorms), std::end(kNorms), forward_op) != std::end(kNorms)
+  return std::find(std::begin(kNormsAndStds), std::end(kNormsAndStds), forward_op) !=
+                 std::end(kNormsAndStds)
              ? OwnZeroDivision::kNanOnly
              : OwnZeroDivision::kNone;
 }

@@ -23,8 +23,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/quiet_thread.h"
-#include "interpose/torch/forward_ops.h"
 #include "core/trace_schema.h"
+#include "interpose/torch/forward_ops.h"
 
 namespace nanhunt {
 namespace {
