@@ -45,6 +45,10 @@ class LateContext final : public OpContext {
             f.counts.neginf = 1;
             f.deliberate = true;
             break;
+          case StorageState::kOwnMasked:
+            f.counts.nan = 1;
+            f.own_masked = true;
+            break;
           case StorageState::kFinite:
           case StorageState::kMaskConstants:  // finite, as its writer's check found
             f.assumed_finite = true;
@@ -197,7 +201,7 @@ Verdict LateOps::Classify(LateOp* op) {
   bool any_nonfinite = false;
   for (size_t i = 0; i < op->outputs.size(); ++i) {
     const bool bad = AnyNonFinite(op->outputs[i].counts);
-    any_nonfinite |= bad && verdict != Verdict::kMasked;
+    any_nonfinite |= bad && verdict != Verdict::kMasked && verdict != Verdict::kOwnMasked;
     if (op->output_storages[i].key != nullptr) {
       remember_(op->output_storages[i], StorageStateAfter(verdict, bad));
     }

@@ -398,7 +398,9 @@ NearMaxOutputs NearMaxOf(absl::Span<const TensorFacts> outputs) {
 
 StorageState StorageStateAfter(Verdict verdict, bool nonfinite) {
   if (nonfinite) {
-    return verdict == Verdict::kMasked ? StorageState::kDeliberate : StorageState::kNonFinite;
+    return verdict == Verdict::kMasked      ? StorageState::kDeliberate
+           : verdict == Verdict::kOwnMasked ? StorageState::kOwnMasked
+                                            : StorageState::kNonFinite;
   }
   return verdict == Verdict::kMaskConstants ? StorageState::kMaskConstants
                                             : StorageState::kFinite;
@@ -674,23 +676,30 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
 bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
                                     const std::vector<InputFacts>& inputs) {
   if (e.phase != Phase::kBackward) return false;
-  switch (MasksItsZeroDivisionInBackward(e.op, e.forward_op)) {
+  // The division itself, or an op of the same formula between it and the
+  // mask that carries its values there (sinc's `* pi`, angle's `* i`).
+  const bool carried = std::any_of(inputs.begin(), inputs.end(),
+                                   [](const InputFacts& in) { return in.own_masked; });
+  const absl::string_view op = carried ? absl::string_view("aten::div") : e.op;
+  const bool nan_only = total.nan != 0 && total.posinf == 0 && total.neginf == 0;
+  switch (MasksItsZeroDivisionInBackward(op, e.forward_op)) {
     case OwnZeroDivision::kNone:
       return false;
     case OwnZeroDivision::kNanOnly:
-      if (total.nan == 0 || total.posinf != 0 || total.neginf != 0) return false;
+      if (!nan_only) return false;
       break;
     case OwnZeroDivision::kAnyWide:
-      if (!std::all_of(e.outputs.begin(), e.outputs.end(), [](const TensorFacts& t) {
+      if (!nan_only && !std::all_of(e.outputs.begin(), e.outputs.end(), [](const TensorFacts& t) {
             return t.format == Format::kF32 || t.format == Format::kF64;
           })) {
         return false;
       }
       break;
   }
-  // A NaN it was given is another op's (a GPU op's inputs are not read).
+  // A NaN it was given, but from that division, is another op's (a GPU
+  // op's inputs are not read).
   return std::none_of(inputs.begin(), inputs.end(), [](const InputFacts& in) {
-    return in.checked && AnyNonFinite(in.counts);
+    return in.checked && AnyNonFinite(in.counts) && !in.own_masked;
   });
 }
 
@@ -710,7 +719,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
       // backward formula that made it.
       absl::MutexLock lock(&mu_);
       CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false, /*mask=*/true);
-      return Verdict::kMasked;
+      return Verdict::kOwnMasked;
     }
     if (IsMasking(e, total, inputs, context)) {
       absl::MutexLock lock(&mu_);
@@ -738,7 +747,8 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
         // entries, a softmax over a row masked entirely.
         continue;
       }
-      if (in.produced_by_op) {
+      // A formula's own masked NaN out of its formula: its division made it.
+      if (in.produced_by_op || in.own_masked) {
         verdict = Verdict::kPropagated;
       } else if (verdict != Verdict::kPropagated) {
         verdict = Verdict::kInput;

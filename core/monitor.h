@@ -68,6 +68,10 @@ struct InputFacts {
   // Its non-finite values are ±inf a mask put there on purpose (see
   // PlacesScalar in core/op_policy.h), not a problem by themselves.
   bool deliberate = false;
+  // Its non-finite values are a backward formula's own, made of a zero it
+  // divided by and masked before the formula returns (StorageState::
+  // kOwnMasked): sinc's 0 / 0 before its torch.where.
+  bool own_masked = false;
   // A Python number torch wrapped into a tensor (the inf of `x != inf`):
   // a literal of the program, which no op computed.
   bool python_number = false;
@@ -97,8 +101,10 @@ struct InputFacts {
 // What the registry of storages (kept by the plugin) knows of a tensor's
 // memory after the last op that wrote it was judged. kMaskConstants:
 // finite, with mask constants among its values (IsMaskConstant in
-// core/op_policy.h: torch.finfo(dtype).min), large on purpose.
-enum class StorageState { kFinite, kNonFinite, kDeliberate, kMaskConstants };
+// core/op_policy.h: torch.finfo(dtype).min), large on purpose. kOwnMasked:
+// inf/NaN of a backward formula's division by 0, which the formula masks
+// before it returns (Verdict::kOwnMasked).
+enum class StorageState { kFinite, kNonFinite, kDeliberate, kMaskConstants, kOwnMasked };
 
 // Memory in `state` holds masks: mask constants or deliberate ±inf.
 inline bool HoldsMasks(StorageState state) {
@@ -233,8 +239,11 @@ struct OpEvent {
 // placed or carried (no warning; its outputs hold mask constants in turn).
 // kDeferred: a nested op's non-finite outputs that only the op around it
 // can explain (see Deferral); nothing recorded yet.
+// kOwnMasked: inf/NaN a backward formula made of a zero it divided by, or
+// carried from there, and masks itself before it returns (no finding, not
+// the program's mask; see MasksItsZeroDivisionInBackward).
 enum class Verdict {
-  kClean, kWarned, kOrigin, kInput, kPropagated, kMasked, kMaskConstants, kDeferred
+  kClean, kWarned, kOrigin, kInput, kPropagated, kMasked, kMaskConstants, kDeferred, kOwnMasked
 };
 
 // A nested op whose non-finite outputs its own inputs cannot explain: an
@@ -265,7 +274,7 @@ StorageState StorageStateAfter(Verdict verdict, bool nonfinite);
 // kernels for.
 inline bool IsQuiet(Verdict v) {
   return v == Verdict::kClean || v == Verdict::kMasked || v == Verdict::kMaskConstants ||
-         v == Verdict::kDeferred;
+         v == Verdict::kDeferred || v == Verdict::kOwnMasked;
 }
 
 class Monitor {
@@ -588,9 +597,10 @@ class Monitor {
   // deliberate scalar inputs it finds.
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context);
-  // What a norm's, std's or distance's backward division made at a zero,
+  // What a backward formula's division made at a zero (a norm's, sinc's),
   // which it masks itself (MasksItsZeroDivisionInBackward), of inputs that
-  // were finite.
+  // were finite; or what an op of that formula made of it on its way to the
+  // mask.
   static bool OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
                                     const std::vector<InputFacts>& inputs);
   Verdict ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,

@@ -93,15 +93,16 @@ bool PlacesScalar(absl::string_view op) {
 
 OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
                                                absl::string_view forward_op) {
-  static constexpr absl::string_view kNormsAndStds[] = {
+  // Their formulas divide 0 by 0 at the masked entries.
+  static constexpr absl::string_view kZeroByZero[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm",
-      "aten::std", "aten::std_mean"};
+      "aten::dist", "aten::renorm", "aten::std", "aten::std_mean", "aten::sinc", "aten::angle"};
+  // Theirs divide a gradient by 0 there too.
+  static constexpr absl::string_view kAnyByZero[] = {"aten::_euclidean_dist", "aten::sgn",
+                                                      "aten::cumprod"};
   if (op != "aten::div" && op != "aten::div_") return OwnZeroDivision::kNone;
-  if (forward_op == "aten::_euclidean_dist") return OwnZeroDivision::kAnyWide;
-  return std::find(std::begin(kNormsAndStds), std::end(kNormsAndStds), forward_op) !=
-                 std::end(kNormsAndStds)
-             ? OwnZeroDivision::kNanOnly
-             : OwnZeroDivision::kNone;
+  if (Named(kAnyByZero, forward_op)) return OwnZeroDivision::kAnyWide;
+  return Named(kZeroByZero, forward_op) ? OwnZeroDivision::kNanOnly : OwnZeroDivision::kNone;
 }
 
 bool CarriesMasks(absl::string_view op) {

@@ -76,18 +76,27 @@ bool PlacesScalar(absl::string_view op);
 // position), as is any op that makes NaN of one (a row masked entirely).
 bool CarriesMasks(absl::string_view op);
 
-// Backward formulas that divide by a norm, a standard deviation or a
-// distance, then set the entries where it was 0 to 0 themselves:
+// Backward formulas that divide by a value that may be 0 (a norm, a
+// standard deviation, a distance, a complex modulus, an input), then set
+// the entries where it was 0 to 0 themselves:
 // - a norm's (norm_backward: `grad * (self / norm).masked_fill_(norm == 0,
 //   0)`; other p: `grad / norm.pow(p - 1)`, masked the same way), at a zero
 //   vector: F.normalize of a padding embedding, a gradient penalty's zero
-//   gradient;
+//   gradient; torch.dist and torch.renorm go through it;
 // - a standard deviation's (std_backward: `(grad / (result *
 //   2)).masked_fill_(result == 0, 0)`), at a constant input: a dead
 //   feature standardised by hand;
+// - sinc's (`(πx cos πx - sin πx) / (πx²)`, where x == 0), at 0: a sinc
+//   filter's centre tap;
+// - a complex angle's (`grad * z / |z|²`, where z == 0) and sign's
+//   (`(grad - ...) / |z|`, masked_fill_ where |z| == 0), at 0: the phase of
+//   a silent frame's spectrum;
 // - a Euclidean distance's (_euclidean_dist_backward: `ratio = grad / res;
 //   ratio.masked_fill_(res == 0, 0)`), at two equal points: torch.cdist(x,
-//   x)'s diagonal.
+//   x)'s diagonal;
+// - a cumulative product's (cumprod_backward: a reversed cumulative sum
+//   divided by the input, kept only before its first zero), at a zero
+//   factor: an opaque sample in volume rendering's transmittance.
 // What comes out of that division in the backward of those ops, of finite
 // inputs, and is the function's own, masked right after in every healthy
 // run that has such a zero:
@@ -97,8 +106,9 @@ enum class OwnZeroDivision {
   // overflow gives too (a norm's power, a std of fp16 values), and is
   // still judged.
   kNanOnly,
-  // ±inf too, in fp32 and fp64: a distance's gradient over a distance too
-  // small to tell from 0 there (1e-38) does not come about but at 0.
+  // ±inf too, in fp32 and fp64 (a complex64's parts are fp32): a gradient
+  // divided by a distance, modulus or factor too small to tell from 0 there
+  // (1e-38) does not come about but at 0. In fp16 and bf16, NaN alone.
   kAnyWide,
 };
 OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,

@@ -611,24 +611,31 @@ PY
 ) | tee "$build"/forward-lines-check.txt || { failed+=("$part_name"); show_log 20 "$build"/backward-once.log; }
 fi
 
-if time_left "norm backward on CUDA"; then
-part "F.normalize of padding embeddings, on CUDA: the norm backward's own 0/0 at zero vectors, which it masks itself, is no origin (its inputs are not read there)"
-on_cuda "$build"/normalized normalized_padding.py
-("$python" - "$build" <<'PY'
+if time_left "own masked divisions on CUDA"; then
+part "backward formulas that mask their own division by 0, on CUDA: F.normalize of padding embeddings, a SincNet filter bank's sinc at 0, a phase loss's angle over silence, NeRF's cumprod through an opaque sample; no origin (their inputs are not read there)"
+own_masked=(normalized_padding.py sinc_filterbank.py "phase_loss_on_silence.py angle" nerf_transmittance.py)
+for i in "${!own_masked[@]}"; do
+  # shellcheck disable=SC2086  # a script and its argument
+  on_cuda "$build"/own-masked-$i ${own_masked[$i]}
+done
+("$python" - "$build" "${own_masked[@]}" <<'PY'
 import json, sys
-try:
-    r = json.load(open(f"{sys.argv[1]}/normalized.json"))
-except Exception as e:
-    r = {"error": repr(e)}
-d = r.get("diagnosis") or {}
-# Its three steps ran (without a GPU the script stops at its first tensor).
-ok = r.get("steps") == 3 and r.get("first_origin") is None and \
-    (d.get("title") or "").startswith("Healthy: no non-finite")
-print(f"normalized padding, CUDA: {r.get('steps')} steps, {d.get('title')}, first origin "
-      f"{r.get('first_origin')}: {'OK' if ok else 'WRONG'}")
+ok = True
+for i, script in enumerate(sys.argv[2:]):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/own-masked-{i}.json"))
+    except Exception as e:
+        r = {"error": repr(e)}
+    d = r.get("diagnosis") or {}
+    # Its three steps ran (without a GPU a script stops at its first tensor).
+    good = r.get("steps") == 3 and r.get("first_origin") is None and \
+        (d.get("title") or "").startswith("Healthy: no non-finite")
+    ok &= good
+    print(f"{script}, CUDA: {r.get('steps')} steps, {d.get('title')}, first origin "
+          f"{r.get('first_origin')}: {'OK' if good else 'WRONG'}")
 sys.exit(0 if ok else 1)
 PY
-) | tee "$build"/norm-backward-check.txt || { failed+=("$part_name"); show_log 20 "$build"/normalized.log; }
+) | tee "$build"/own-masked-check.txt || { failed+=("$part_name"); show_log 10 "$build"/own-masked-*.log; }
 fi
 
 if time_left "fp16 FFT on CUDA"; then

@@ -795,6 +795,10 @@ bool KnownDeliberate(const at::Tensor& t) {
   return StorageStateOf(StorageKey(t)) == StorageState::kDeliberate;
 }
 
+bool KnownOwnMasked(const at::Tensor& t) {
+  return StorageStateOf(StorageKey(t)) == StorageState::kOwnMasked;
+}
+
 std::optional<ScalerUpdate> ReadScalerUpdate(const std::vector<c10::IValue>& inputs) {
   if (inputs.size() < 3 || !inputs[0].isTensor() || !inputs[2].isTensor()) {
     return std::nullopt;
@@ -844,6 +848,7 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
       if (AnyNonFinite(facts.counts) && facts.counts.nan == 0 && KnownDeliberate(t)) {
         f.deliberate = true;
       }
+      if (AnyNonFinite(facts.counts) && KnownOwnMasked(t)) f.own_masked = true;
     });
     if (f.checked) result.push_back(std::move(f));
   }
@@ -1110,6 +1115,7 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         f.python_number = t.unsafeGetTensorImpl()->is_wrapped_number();
         f.deliberate = AnyNonFinite(f.counts) && f.counts.nan == 0 &&
                        (KnownDeliberate(t) || f.python_number);
+        f.own_masked = AnyNonFinite(f.counts) && KnownOwnMasked(t);
         if (name_model_tensors_) LabelModelTensor(t, f, destination);
       }
       result.push_back(std::move(f));

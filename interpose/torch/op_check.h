@@ -217,6 +217,7 @@ const at::Tensor* WholeWriteDestination(const std::vector<c10::IValue>& inputs,
 void RememberChecked(const at::Tensor& t, StorageState state);
 bool KnownNonFinite(const at::Tensor& t);
 bool KnownDeliberate(const at::Tensor& t);  // a mask's ±inf
+bool KnownOwnMasked(const at::Tensor& t);   // a backward formula's, masked by it
 // The same for results that arrive after the op (GPU outputs), by storage
 // (StorageKey) and the weak reference taken at enqueue.
 const void* StorageKey(const at::Tensor& t);

@@ -306,19 +306,27 @@ def test_a_gradient_penaltys_norm_by_hand_at_zero_is_dropped_with_the_sqrts_fix(
 
 
 @pytest.mark.parametrize("script", [
-    "normalized_padding.py", "standardized_dead_feature.py", "rbf_kernel_cdist.py"])
-def test_a_norms_or_stds_own_masked_zero_division_is_healthy_not_a_nan_origin(script, out):
+    "normalized_padding.py", "standardized_dead_feature.py", "rbf_kernel_cdist.py",
+    "sinc_filterbank.py", "phase_loss_on_silence.py angle", "phase_loss_on_silence.py sgn",
+    "nerf_transmittance.py"])
+def test_a_backward_formulas_own_masked_zero_division_is_healthy_not_a_nan_origin(script, out):
     # F.normalize's norm backward divides 0 by 0 at each padding row, a
     # std's backward at a dead feature, cdist(z, z)'s at its diagonal
-    # (x / 0, -inf in fp32), and each masks it itself: every
-    # step said "first non-finite values: origin aten::div (backward)", and
-    # the view "the inf/NaN made in each step were dropped", advising a
-    # finfo.min mask the program has none of.
-    r = preload_run([PYTHON, SCRIPTS / script], out)
+    # (x / 0, -inf in fp32), sinc's at its 0 (then `* pi` before its
+    # torch.where), a complex angle's and sign's at a silent frame's 0,
+    # cumprod's at a factor of 0 (an opaque sample), and each masks it
+    # itself: every step said "first non-finite values: origin aten::div
+    # (backward)", and the view "the inf/NaN made in each step were
+    # dropped", advising a finfo.min mask the program has none of; sinc's
+    # and angle's carried NaN, "came in with the data".
+    name, *args = script.split()
+    r = preload_run([PYTHON, SCRIPTS / name, *args], out)
     assert r.returncode == 0, r.stderr
+    assert "weights finite False" not in r.stdout, r.stdout
     assert "first non-finite values" not in r.stderr, r.stderr
     j = view_json(out)
     assert j["first_origin"] is None, j["first_origin"]
+    assert j["counts"] == {"origins": 0, "inputs": 0, "propagated": 0}, j["counts"]
     assert j["diagnosis"]["title"].startswith("Healthy: no non-finite values"), j["diagnosis"]
 
 

@@ -252,6 +252,26 @@ TEST_F(LateOpsTest, MasksAreCarriedWithoutAFindingUntilTheyMakeNaN) {
   EXPECT_EQ(monitor_.first_origin()->op, "aten::_softmax");
 }
 
+// On a GPU, sinc's backward: its division's 0 / 0 at x == 0, which the
+// formula masks itself, then `* pi` of it, known by its input's memory
+// alone (a GPU op's inputs are not read).
+TEST_F(LateOpsTest, ABackwardFormulasOwnMaskedNaNIsKnownByItsMemory) {
+  CheckCounts nan = Counts(0);
+  nan.nan = 4;
+  auto div = Op(1, "aten::div", 0);
+  div->phase = Phase::kBackward;
+  div->forward_op = "aten::sinc";
+  EXPECT_EQ(late_.OnResult(div.get(), 0, nan), Verdict::kOwnMasked);
+  EXPECT_EQ(states_[&g_storage[0]], StorageState::kOwnMasked);
+  auto mul = Op(2, "aten::mul", 1, 0);
+  mul->phase = Phase::kBackward;
+  mul->forward_op = "aten::sinc";
+  EXPECT_EQ(late_.OnResult(mul.get(), 0, nan), Verdict::kOwnMasked);
+  EXPECT_EQ(states_[&g_storage[1]], StorageState::kOwnMasked);
+  EXPECT_FALSE(monitor_.first_origin());
+  EXPECT_EQ(monitor_.findings(), 0);
+}
+
 TEST_F(LateOpsTest, InfAnOpThatDoesNotCarryMasksMakesFromOneIsAnOrigin) {
   states_[&g_storage[0]] = StorageState::kDeliberate;
   EXPECT_EQ(late_.OnResult(Op(2, "aten::nll_loss_forward", 1, 0).get(), 0, Counts(1)),

@@ -531,29 +531,38 @@ TEST_F(MonitorTest, GradScalersScaledValuesAreNoHeadroomFindingButTheirInfStillI
   EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
 }
 
+// What the monitor says of `op` in the backward of `forward_op`, whose one
+// output is `out`.
+Verdict OnBackwardOp(Monitor& monitor, OpContext& ctx, const char* op, const char* forward_op,
+                     const TensorFacts& out) {
+  OpEvent e;
+  e.op = op;
+  e.phase = Phase::kBackward;
+  e.forward_op = forward_op;
+  e.outputs = absl::MakeConstSpan(&out, 1);
+  return monitor.OnOp(e, ctx);
+}
+
 // F.normalize of a zero vector (a padding embedding): the norm's backward
 // divides by the norm, 0 / 0, and masks those NaN itself right after; a
-// std's at a constant feature likewise, and a distance's at equal points. Their own, of finite inputs, NaN
-// alone: no finding. Not so for a division of the program's, a square
-// root's derivative, an inf (a tiny divisor's overflow gives one too), or
-// a NaN it was given.
-TEST_F(MonitorTest, ANormsOrStdsBackwardZeroDivisionIsItsOwnMaskedNaN) {
+// std's at a constant feature likewise, sinc's and a complex angle's at 0,
+// a distance's at equal points, a cumulative product's at a zero factor.
+// Their own, of finite inputs, NaN alone: no finding. Not so for a
+// division of the program's, a square root's derivative, an inf (a tiny
+// divisor's overflow gives one too), or a NaN it was given.
+TEST_F(MonitorTest, ABackwardFormulasZeroDivisionIsItsOwnMaskedNaN) {
   FakeContext ctx;
   ctx.inputs = {Input(false, true), Input(false, true)};
   TensorFacts nan = Fp16(0);
   nan.format = Format::kF32;
   nan.counts.nan = 8;
   const auto backward_div = [&](const char* forward_op, const TensorFacts& out) {
-    OpEvent e;
-    e.op = "aten::div";
-    e.phase = Phase::kBackward;
-    e.forward_op = forward_op;
-    e.outputs = absl::MakeConstSpan(&out, 1);
-    return monitor_.OnOp(e, ctx);
+    return OnBackwardOp(monitor_, ctx, "aten::div", forward_op, out);
   };
-  EXPECT_EQ(backward_div("aten::linalg_vector_norm", nan), Verdict::kMasked);
-  EXPECT_EQ(backward_div("aten::norm", nan), Verdict::kMasked);
-  EXPECT_EQ(backward_div("aten::std", nan), Verdict::kMasked);
+  for (const char* forward_op : {"aten::linalg_vector_norm", "aten::norm", "aten::dist",
+                                 "aten::renorm", "aten::std", "aten::sinc", "aten::angle"}) {
+    EXPECT_EQ(backward_div(forward_op, nan), Verdict::kOwnMasked) << forward_op;
+  }
   EXPECT_EQ(monitor_.findings(), 0);
   EXPECT_TRUE(monitor_.mask_ops().empty()) << "torch's, not a mask of the program's";
   EXPECT_EQ(backward_div("aten::sqrt", nan), Verdict::kOrigin);
@@ -561,15 +570,47 @@ TEST_F(MonitorTest, ANormsOrStdsBackwardZeroDivisionIsItsOwnMaskedNaN) {
   inf.counts.nan = 0;
   inf.counts.posinf = 1;
   EXPECT_EQ(backward_div("aten::linalg_vector_norm", inf), Verdict::kOrigin);
-  // A distance's x / 0 in fp32 (cdist(x, x)'s diagonal) too; not in fp16,
-  // where a tiny distance overflows the gradient.
-  ctx.inputs = {Input(false, true), Input(false, true)};
-  EXPECT_EQ(backward_div("aten::_euclidean_dist", inf), Verdict::kMasked);
+  // A distance's, a complex sign's, a cumulative product's x / 0 in fp32
+  // (cdist(x, x)'s diagonal, a silent frame, an opaque sample) too; not in
+  // fp16, where a tiny divisor overflows the gradient, but for 0 / 0.
   TensorFacts fp16_inf = inf;
   fp16_inf.format = Format::kF16;
-  EXPECT_EQ(backward_div("aten::_euclidean_dist", fp16_inf), Verdict::kOrigin);
+  TensorFacts fp16_nan = nan;
+  fp16_nan.format = Format::kF16;
+  for (const char* forward_op : {"aten::_euclidean_dist", "aten::sgn", "aten::cumprod"}) {
+    ctx.inputs = {Input(false, true), Input(false, true)};
+    EXPECT_EQ(backward_div(forward_op, inf), Verdict::kOwnMasked) << forward_op;
+    ctx.inputs = {Input(false, true), Input(false, true)};
+    EXPECT_EQ(backward_div(forward_op, fp16_nan), Verdict::kOwnMasked) << forward_op;
+    ctx.inputs = {Input(false, true), Input(false, true)};
+    EXPECT_EQ(backward_div(forward_op, fp16_inf), Verdict::kOrigin) << forward_op;
+  }
   ctx.inputs = {Input(true, true), Input(false, true)};
   EXPECT_EQ(backward_div("aten::linalg_vector_norm", nan), Verdict::kPropagated);
+}
+
+// sinc's backward multiplies its own 0 / 0 by pi before its torch.where
+// masks it: the product is the formula's too. Out of the formula (an op of
+// another backward), or beside another NaN, it is not.
+TEST_F(MonitorTest, AnOpOfTheFormulaCarryingItsOwnMaskedNaNIsTheFormulas) {
+  FakeContext ctx;
+  TensorFacts nan = Fp16(0);
+  nan.format = Format::kF32;
+  nan.counts.nan = 8;
+  InputFacts own = Input(true, false);
+  own.own_masked = true;
+  const auto backward_mul = [&](const char* forward_op) {
+    return OnBackwardOp(monitor_, ctx, "aten::mul", forward_op, nan);
+  };
+  ctx.inputs = {own, Input(false, false)};
+  EXPECT_EQ(backward_mul("aten::sinc"), Verdict::kOwnMasked);
+  EXPECT_EQ(monitor_.findings(), 0);
+  ctx.inputs = {own, Input(true, true)};
+  EXPECT_EQ(backward_mul("aten::sinc"), Verdict::kPropagated) << "another op's NaN beside it";
+  ctx.inputs = {own, Input(false, false)};
+  EXPECT_EQ(backward_mul("aten::addmm"), Verdict::kPropagated)
+      << "out of its formula: made by its division, not the data";
+  EXPECT_FALSE(monitor_.first_origin());
 }
 
 // torch.finfo(torch.float32).min in fp32: 0x7F7FFFFF, past fp16's range.
@@ -637,6 +678,8 @@ TEST_F(MonitorTest, MinusInfFromMaskConstantsIsAMaskButPlusInfIsNot) {
 
 TEST(StorageStateAfter, WhatTheRegistryRemembersOfAnOutput) {
   EXPECT_EQ(StorageStateAfter(Verdict::kMasked, true), StorageState::kDeliberate);
+  EXPECT_EQ(StorageStateAfter(Verdict::kOwnMasked, true), StorageState::kOwnMasked);
+  EXPECT_EQ(StorageStateAfter(Verdict::kOwnMasked, false), StorageState::kFinite);
   EXPECT_EQ(StorageStateAfter(Verdict::kOrigin, true), StorageState::kNonFinite);
   EXPECT_EQ(StorageStateAfter(Verdict::kMaskConstants, false), StorageState::kMaskConstants);
   EXPECT_EQ(StorageStateAfter(Verdict::kWarned, false), StorageState::kFinite);
