@@ -675,14 +675,22 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
 
 bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
                                     const std::vector<InputFacts>& inputs) {
-  if (e.phase != Phase::kBackward) return false;
-  // The division itself, or an op of the same formula between it and the
-  // mask that carries its values there (sinc's `* pi`, angle's `* i`).
-  const bool carried = std::any_of(inputs.begin(), inputs.end(),
-                                   [](const InputFacts& in) { return in.own_masked; });
-  const absl::string_view op = carried ? absl::string_view("aten::div") : e.op;
   const bool nan_only = total.nan != 0 && total.posinf == 0 && total.neginf == 0;
-  switch (MasksItsZeroDivisionInBackward(op, e.forward_op)) {
+  OwnZeroDivision own = OwnZeroDivision::kNone;
+  if (e.phase == Phase::kBackward) {
+    // The division itself, or an op of the same formula between it and the
+    // mask that carries its values there (sinc's `* pi`, angle's `* i`).
+    const bool carried = std::any_of(inputs.begin(), inputs.end(),
+                                     [](const InputFacts& in) { return in.own_masked; });
+    for (absl::string_view op : {absl::string_view("aten::div"), absl::string_view("aten::pow"),
+                                 absl::string_view("aten::reciprocal")}) {
+      own = MasksItsZeroDivisionInBackward(carried ? op : e.op, e.forward_op);
+      if (own != OwnZeroDivision::kNone || !carried) break;
+    }
+  } else if (!e.top_op.empty() && MasksItsZeroDivisionInForward(e.op, e.top_op)) {
+    own = OwnZeroDivision::kAnyWide;
+  }
+  switch (own) {
     case OwnZeroDivision::kNone:
       return false;
     case OwnZeroDivision::kNanOnly:

@@ -94,15 +94,32 @@ bool PlacesScalar(absl::string_view op) {
 OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
                                                absl::string_view forward_op) {
   // Their formulas divide 0 by 0 at the masked entries.
-  static constexpr absl::string_view kZeroByZero[] = {
+  static constexpr absl::string_view kZeroByZero[] = {"aten::sinc", "aten::angle"};
+  // Theirs divide a gradient by 0 there too (a norm's of p != 2, a std's
+  // where its gradient is not 0).
+  static constexpr absl::string_view kAnyByZero[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm",
-      "aten::dist", "aten::renorm", "aten::std", "aten::std_mean", "aten::sinc", "aten::angle"};
-  // Theirs divide a gradient by 0 there too.
-  static constexpr absl::string_view kAnyByZero[] = {"aten::_euclidean_dist", "aten::sgn",
-                                                      "aten::cumprod"};
-  if (op != "aten::div" && op != "aten::div_") return OwnZeroDivision::kNone;
-  if (Named(kAnyByZero, forward_op)) return OwnZeroDivision::kAnyWide;
-  return Named(kZeroByZero, forward_op) ? OwnZeroDivision::kNanOnly : OwnZeroDivision::kNone;
+      "aten::dist", "aten::renorm", "aten::std", "aten::std_mean", "aten::_euclidean_dist",
+      "aten::sgn", "aten::cumprod"};
+  // A norm of p < 1 raises |x| to p - 1 < 0 (0 ** (p - 1) is inf), masked
+  // where x == 0; atan2's takes 1 / (x^2 + y^2), masked where that is 0.
+  static constexpr absl::string_view kNorms[] = {
+      "aten::linalg_vector_norm", "aten::norm", "aten::linalg_norm", "aten::dist"};
+  if (op == "aten::div" || op == "aten::div_") {
+    if (Named(kAnyByZero, forward_op)) return OwnZeroDivision::kAnyWide;
+    if (Named(kZeroByZero, forward_op)) return OwnZeroDivision::kNanOnly;
+  }
+  if ((op == "aten::pow" || op == "aten::pow_") && Named(kNorms, forward_op)) {
+    return OwnZeroDivision::kAnyWide;
+  }
+  if (op == "aten::reciprocal" && forward_op == "aten::atan2") return OwnZeroDivision::kAnyWide;
+  return OwnZeroDivision::kNone;
+}
+
+bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op) {
+  // pinv: where(S > tol, S.reciprocal(), 0) over the singular values, whose
+  // tolerance is above any that overflows.
+  return op == "aten::reciprocal" && (top_op == "aten::linalg_pinv" || top_op == "aten::pinverse");
 }
 
 bool CarriesMasks(absl::string_view op) {

@@ -80,8 +80,9 @@ bool CarriesMasks(absl::string_view op);
 // standard deviation, a distance, a complex modulus, an input), then set
 // the entries where it was 0 to 0 themselves:
 // - a norm's (norm_backward: `grad * (self / norm).masked_fill_(norm == 0,
-//   0)`; other p: `grad / norm.pow(p - 1)`, masked the same way), at a zero
-//   vector: F.normalize of a padding embedding, a gradient penalty's zero
+//   0)`; other p: `grad / norm.pow(p - 1)`, masked the same way; p < 1:
+//   `|x|.pow_(p - 1).masked_fill_(x == 0, 0)`), at a zero vector:
+//   F.normalize of a padding embedding, a gradient penalty's zero
 //   gradient; torch.dist and torch.renorm go through it;
 // - a standard deviation's (std_backward: `(grad / (result *
 //   2)).masked_fill_(result == 0, 0)`), at a constant input: a dead
@@ -91,28 +92,32 @@ bool CarriesMasks(absl::string_view op);
 // - a complex angle's (`grad * z / |z|²`, where z == 0) and sign's
 //   (`(grad - ...) / |z|`, masked_fill_ where |z| == 0), at 0: the phase of
 //   a silent frame's spectrum;
+// - atan2's (`1 / (x² + y²)`, masked_fill where that is 0), at (0, 0);
 // - a Euclidean distance's (_euclidean_dist_backward: `ratio = grad / res;
 //   ratio.masked_fill_(res == 0, 0)`), at two equal points: torch.cdist(x,
 //   x)'s diagonal;
 // - a cumulative product's (cumprod_backward: a reversed cumulative sum
 //   divided by the input, kept only before its first zero), at a zero
 //   factor: an opaque sample in volume rendering's transmittance.
-// What comes out of that division in the backward of those ops, of finite
-// inputs, and is the function's own, masked right after in every healthy
-// run that has such a zero:
+// What comes out of that division (or negative power, or reciprocal) in
+// the backward of those ops, of finite inputs, and is the function's own,
+// masked right after in every healthy run that has such a zero:
 enum class OwnZeroDivision {
   kNone,
   // NaN alone, 0 / 0: a finite x / 0 is ±inf, which a tiny divisor's
-  // overflow gives too (a norm's power, a std of fp16 values), and is
-  // still judged.
+  // overflow gives too, and is still judged.
   kNanOnly,
   // ±inf too, in fp32 and fp64 (a complex64's parts are fp32): a gradient
-  // divided by a distance, modulus or factor too small to tell from 0 there
-  // (1e-38) does not come about but at 0. In fp16 and bf16, NaN alone.
+  // divided by a norm, distance, modulus or factor too small to tell from 0
+  // there (1e-38) does not come about but at 0. In fp16 and bf16, where it
+  // does (a std of fp16 values), NaN alone.
   kAnyWide,
 };
 OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
                                                absl::string_view forward_op);
+// The same in a forward op's own nested ops, masked before it returns:
+// torch.linalg.pinv's reciprocal of its zero singular values.
+bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op);
 
 // Ops among those that add a mask to what they compute (baddbmm: mask +
 // q @ k^T): +inf from them, when the masks they were given hold none, is

@@ -546,47 +546,71 @@ Verdict OnBackwardOp(Monitor& monitor, OpContext& ctx, const char* op, const cha
 // F.normalize of a zero vector (a padding embedding): the norm's backward
 // divides by the norm, 0 / 0, and masks those NaN itself right after; a
 // std's at a constant feature likewise, sinc's and a complex angle's at 0,
-// a distance's at equal points, a cumulative product's at a zero factor.
-// Their own, of finite inputs, NaN alone: no finding. Not so for a
-// division of the program's, a square root's derivative, an inf (a tiny
-// divisor's overflow gives one too), or a NaN it was given.
+// a distance's at equal points, a cumulative product's at a zero factor,
+// and atan2's reciprocal at (0, 0). Their own, of finite inputs: no
+// finding. Not so for a division of the program's, a square root's
+// derivative, a NaN it was given, or ±inf in fp16 (a tiny divisor
+// overflows there) or where the formula divides 0 by 0 alone.
 TEST_F(MonitorTest, ABackwardFormulasZeroDivisionIsItsOwnMaskedNaN) {
   FakeContext ctx;
-  ctx.inputs = {Input(false, true), Input(false, true)};
   TensorFacts nan = Fp16(0);
   nan.format = Format::kF32;
   nan.counts.nan = 8;
-  const auto backward_div = [&](const char* forward_op, const TensorFacts& out) {
-    return OnBackwardOp(monitor_, ctx, "aten::div", forward_op, out);
-  };
-  for (const char* forward_op : {"aten::linalg_vector_norm", "aten::norm", "aten::dist",
-                                 "aten::renorm", "aten::std", "aten::sinc", "aten::angle"}) {
-    EXPECT_EQ(backward_div(forward_op, nan), Verdict::kOwnMasked) << forward_op;
-  }
-  EXPECT_EQ(monitor_.findings(), 0);
-  EXPECT_TRUE(monitor_.mask_ops().empty()) << "torch's, not a mask of the program's";
-  EXPECT_EQ(backward_div("aten::sqrt", nan), Verdict::kOrigin);
   TensorFacts inf = nan;
   inf.counts.nan = 0;
   inf.counts.posinf = 1;
-  EXPECT_EQ(backward_div("aten::linalg_vector_norm", inf), Verdict::kOrigin);
-  // A distance's, a complex sign's, a cumulative product's x / 0 in fp32
-  // (cdist(x, x)'s diagonal, a silent frame, an opaque sample) too; not in
-  // fp16, where a tiny divisor overflows the gradient, but for 0 / 0.
   TensorFacts fp16_inf = inf;
   fp16_inf.format = Format::kF16;
   TensorFacts fp16_nan = nan;
   fp16_nan.format = Format::kF16;
-  for (const char* forward_op : {"aten::_euclidean_dist", "aten::sgn", "aten::cumprod"}) {
+  const auto backward = [&](const char* op, const char* forward_op, const TensorFacts& out) {
     ctx.inputs = {Input(false, true), Input(false, true)};
-    EXPECT_EQ(backward_div(forward_op, inf), Verdict::kOwnMasked) << forward_op;
-    ctx.inputs = {Input(false, true), Input(false, true)};
-    EXPECT_EQ(backward_div(forward_op, fp16_nan), Verdict::kOwnMasked) << forward_op;
-    ctx.inputs = {Input(false, true), Input(false, true)};
-    EXPECT_EQ(backward_div(forward_op, fp16_inf), Verdict::kOrigin) << forward_op;
+    return OnBackwardOp(monitor_, ctx, op, forward_op, out);
+  };
+  for (const char* forward_op :
+       {"aten::linalg_vector_norm", "aten::norm", "aten::dist", "aten::renorm", "aten::std",
+        "aten::_euclidean_dist", "aten::sgn", "aten::cumprod"}) {
+    EXPECT_EQ(backward("aten::div", forward_op, nan), Verdict::kOwnMasked) << forward_op;
+    EXPECT_EQ(backward("aten::div", forward_op, inf), Verdict::kOwnMasked) << forward_op;
+    EXPECT_EQ(backward("aten::div", forward_op, fp16_nan), Verdict::kOwnMasked) << forward_op;
+    EXPECT_EQ(backward("aten::div", forward_op, fp16_inf), Verdict::kOrigin) << forward_op;
   }
+  for (const char* forward_op : {"aten::sinc", "aten::angle"}) {
+    EXPECT_EQ(backward("aten::div", forward_op, nan), Verdict::kOwnMasked) << forward_op;
+    EXPECT_EQ(backward("aten::div", forward_op, inf), Verdict::kOrigin) << forward_op;
+  }
+  // A norm of p < 1: |x| ** (p - 1) at 0; atan2: 1 / (x^2 + y^2) there.
+  EXPECT_EQ(backward("aten::pow_", "aten::linalg_vector_norm", inf), Verdict::kOwnMasked);
+  EXPECT_EQ(backward("aten::reciprocal", "aten::atan2", inf), Verdict::kOwnMasked);
+  EXPECT_EQ(backward("aten::reciprocal", "aten::atan2", fp16_inf), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.findings(), 11) << "the origins above, no more";
+  EXPECT_TRUE(monitor_.mask_ops().empty()) << "torch's, not a mask of the program's";
+  EXPECT_EQ(backward("aten::div", "aten::sqrt", nan), Verdict::kOrigin);
+  EXPECT_EQ(backward("aten::pow", "aten::pow", inf), Verdict::kOrigin) << "x ** 0.5 at 0";
+  EXPECT_EQ(backward("aten::reciprocal", "aten::reciprocal", inf), Verdict::kOrigin);
   ctx.inputs = {Input(true, true), Input(false, true)};
-  EXPECT_EQ(backward_div("aten::linalg_vector_norm", nan), Verdict::kPropagated);
+  EXPECT_EQ(OnBackwardOp(monitor_, ctx, "aten::div", "aten::linalg_vector_norm", nan),
+            Verdict::kPropagated);
+}
+
+// torch.linalg.pinv: where(S > tol, S.reciprocal(), 0), whose reciprocal of
+// a zero singular value is inf before its own where drops it. Not so out
+// of pinv.
+TEST_F(MonitorTest, PinvsReciprocalOfAZeroSingularValueIsItsOwn) {
+  FakeContext ctx;
+  TensorFacts inf = Fp16(0);
+  inf.format = Format::kF32;
+  inf.counts.posinf = 1;
+  OpEvent e;
+  e.op = "aten::reciprocal";
+  e.top_op = "aten::linalg_pinv";
+  e.outputs = absl::MakeConstSpan(&inf, 1);
+  ctx.inputs = {Input(false, false)};
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOwnMasked);
+  EXPECT_EQ(monitor_.findings(), 0);
+  e.top_op = "";
+  ctx.inputs = {Input(false, false)};
+  EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
 }
 
 // sinc's backward multiplies its own 0 / 0 by pi before its torch.where
