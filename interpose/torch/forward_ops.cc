@@ -16,11 +16,14 @@ struct Slot {
   std::atomic<int64_t> seq{-1};
   std::atomic<const char*> name{nullptr};
   std::atomic<const std::string*> line{nullptr};
+  std::atomic<bool> stale{false};
 };
 
 struct Ring {
   uint64_t thread;
   std::unique_ptr<Slot[]> slots{new Slot[kSlots]};
+  // The highest node number of this thread a backward pass ran.
+  std::atomic<int64_t> backpropagated{-1};
 };
 
 absl::Mutex g_mu;
@@ -39,10 +42,18 @@ Ring* FindRing(uint64_t thread, bool create) {
   return r;
 }
 
+// `thread`'s ring, made when missing, through the last one this thread
+// asked for (a backward thread serves one forward thread at a time).
+Ring* CachedRing(uint64_t thread) {
+  thread_local Ring* last = nullptr;
+  if (last == nullptr || last->thread != thread) last = FindRing(thread, true);
+  return last;
+}
+
 }  // namespace
 
 void ForwardOps::Record(uint64_t thread, int64_t seq, const char* name,
-                        const std::string* line) {
+                        const std::string* line, bool stale) {
   thread_local Ring* mine = nullptr;
   if (mine == nullptr || mine->thread != thread) mine = FindRing(thread, true);
   Slot& s = mine->slots[seq & (kSlots - 1)];
@@ -50,6 +61,7 @@ void ForwardOps::Record(uint64_t thread, int64_t seq, const char* name,
   // racing with its own forward thread, which autograd does not do.
   s.name.store(name, std::memory_order_relaxed);
   s.line.store(line, std::memory_order_relaxed);
+  s.stale.store(stale, std::memory_order_relaxed);
   s.seq.store(seq, std::memory_order_release);
 }
 
@@ -77,6 +89,22 @@ int64_t ForwardOps::CountNamed(uint64_t thread, int64_t from, int64_t to,
     count += maker != nullptr && name == maker;
   }
   return count;
+}
+
+void ForwardOps::BackwardRan(uint64_t thread, int64_t seq) {
+  if (seq < 0) return;  // AccumulateGrad's: made by no forward op
+  std::atomic<int64_t>& highest = CachedRing(thread)->backpropagated;
+  int64_t now = highest.load(std::memory_order_relaxed);
+  while (now < seq && !highest.compare_exchange_weak(now, seq, std::memory_order_relaxed)) {
+  }
+}
+
+bool ForwardOps::Backpropagated(uint64_t thread, int64_t seq) {
+  if (seq < 0) return false;
+  Ring* r = CachedRing(thread);
+  if (seq <= r->backpropagated.load(std::memory_order_relaxed)) return true;
+  const Slot& s = r->slots[seq & (kSlots - 1)];
+  return s.seq.load(std::memory_order_acquire) == seq && s.stale.load(std::memory_order_relaxed);
 }
 
 const std::string* ForwardOps::InternLine(const std::string& line) {

@@ -8,6 +8,7 @@
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <dlfcn.h>
 
@@ -515,9 +516,34 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
 }
 
 // The first input that requires grad (a parameter), or null.
+// A tensor of a graph a backward pass already ran (the step's loss or
+// logits), read after backward by a metric or a check of the loss
+// (`logits.argmax(1)`, `torch.isfinite(loss)`): no forward pass begins
+// there. Before, such an op began a step, and after non-finite gradients
+// was "the next iteration, without an update": a skip of the program's.
+bool OfBackpropagatedGraph(const at::Tensor& t) {
+  if (t.is_leaf()) return false;
+  const torch::autograd::Node* node = torch::autograd::impl::grad_fn_unsafe(t);
+  return node != nullptr &&
+         ForwardOps::Backpropagated(node->thread_id(), static_cast<int64_t>(node->sequence_nr()));
+}
+
+// Inputs that require grad, all of graphs back-propagated already: what the
+// op makes is too (`(logits.float() - y).pow(2)` after backward).
+bool OnlyBackpropagatedGradInputs(c10::ArrayRef<const c10::IValue> inputs) {
+  bool any = false;
+  for (const c10::IValue& v : inputs) {
+    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().requires_grad()) continue;
+    if (!OfBackpropagatedGraph(v.toTensor())) return false;
+    any = true;
+  }
+  return any;
+}
+
 const at::Tensor* FirstGradInput(c10::ArrayRef<const c10::IValue> inputs) {
   for (const c10::IValue& v : inputs) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad()) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad() &&
+        !OfBackpropagatedGraph(v.toTensor())) {
       return &v.toTensor();
     }
   }
@@ -965,6 +991,7 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
         // No line: the backward runs from loss.backward(), and its
         // findings' source is the forward line when captured.
         if (IsCompiledRegionRecord(f.name)) ts.compiled_region = NoteCompiledRegion(f.name, {});
+        ForwardOps::BackwardRan(fn.forwardThreadId(), fn.seqNr());
         if (Session::Get()->monitor().watches_backward_nodes()) {
           Session::Get()->monitor().OnBackwardNode(fn.seqNr(), fn.forwardThreadId());
         }
@@ -1010,7 +1037,8 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
           const char* forward_name =
               traits.handle ? f.name : ForwardOps::InternName(f.name);
           const std::string* line = ForwardLineIfWanted(ts, forward_name);
-          ForwardOps::Record(fn.threadId(), fn.seqNr(), forward_name, line);
+          ForwardOps::Record(fn.threadId(), fn.seqNr(), forward_name, line,
+                             OnlyBackpropagatedGradInputs(fn.inputs()));
           // Fills the line of a finding of an earlier step's same call.
           if (line != nullptr) {
             Session::Get()->monitor().OnForwardLine(forward_name, fn.seqNr(), fn.threadId(), *line);

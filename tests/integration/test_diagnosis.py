@@ -370,13 +370,15 @@ def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
 
 @pytest.mark.parametrize("mode,weights,statistic", [
     ("dropped", True, True), ("leak", False, True), ("buffer", True, False),
-    ("kept", True, True)])
+    ("kept", True, True), ("checked", True, True)])
 def test_inf_nan_dropped_within_each_step_is_healthy_and_only_then(out, mode, weights, statistic):
     # A softmax over fully masked rows is NaN every step. Zeroed right after
     # (its backward's NaN zeroed by masked_fill's backward), it never reaches
     # a weight: healthy, with the origin still named. The same NaN in the
     # weights, in a running statistic, or in a tensor still referenced at
-    # the step's end is no such case.
+    # the step's end is no such case. A loop that checks its loss between
+    # backward and the optimizer step (checked) began a step there, and its
+    # NaN gradients then read as updates the program skipped.
     r = preload_run([PYTHON, SCRIPTS / "padded_attention_by_hand.py", mode], out)
     assert r.returncode == 0, r.stderr
     assert f"weights finite {weights}, statistic finite {statistic}" in r.stdout
@@ -384,7 +386,8 @@ def test_inf_nan_dropped_within_each_step_is_healthy_and_only_then(out, mode, we
     d = j["diagnosis"]
     first = j["first_origin"]
     assert (first["op"], first["step"]) == ("aten::_softmax", 0), first
-    if mode == "dropped":
+    if mode in ("dropped", "checked"):
+        assert j["steps"] == 4 and j["skipped_steps"] == [], j
         assert d["kind"] == "healthy", d
         assert d["title"].startswith("Healthy: the inf/NaN made in each step were dropped"), d
         assert any("every position masked" in e for e in d["evidence"]), d

@@ -2,11 +2,17 @@
 without any switch, equal what the script itself printed."""
 import sqlite3
 
+import pytest
+
 from conftest import PYTHON, SCRIPTS, findings, preload_run, view_json
 
 
-def test_scale_history_and_skipped_steps_match_the_scripts_own_log(out):
-    r = preload_run([PYTHON, SCRIPTS / "gradscaler_training.py"], out)
+@pytest.mark.parametrize("mode", [[], ["metric"]])
+def test_scale_history_and_skipped_steps_match_the_scripts_own_log(out, mode):
+    # metric: a metric of the step's output after backward, with grad mode
+    # on, began a step (its ops take tensors that require grad), the first
+    # iteration was two steps, and every step after read one too many.
+    r = preload_run([PYTHON, SCRIPTS / "gradscaler_training.py", *mode], out)
     assert r.returncode == 0, r.stderr
     printed = []
     for line in r.stdout.splitlines():

@@ -7,6 +7,8 @@
 #   leak     not zeroed: it reaches the weights
 #   buffer   zeroed, but first averaged into a running statistic
 #   kept     zeroed, but the softmax is kept in a list (logged for later)
+#   checked  dropped, and the loop checks the loss between backward and the
+#            optimizer step (grad mode on), stepping only when it is finite
 # Prints whether the weights and the statistic ended finite. DEVICE=cuda
 # runs it on a GPU (scripts/gpu-check.sh), where each step's results come
 # in after its optimizer step.
@@ -47,6 +49,8 @@ for step in range(4):
     loss = torch.nn.functional.mse_loss(out(attend(x)), y)
     opt.zero_grad()
     loss.backward()
+    if mode == "checked" and not torch.isfinite(loss):
+        continue
     opt.step()
 weights_finite = all(torch.isfinite(p).all().item() for p in proj.parameters())
 print(f"weights finite {weights_finite}, statistic finite {torch.isfinite(stats).all().item()}")
