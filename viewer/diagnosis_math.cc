@@ -288,17 +288,19 @@ bool DomainErrorsGradientIsNan(const RunSummary& s, const FindingRow& f) {
          s.first_origin_gradient && s.first_origin_gradient->nan > 0;
 }
 
-// A function whose derivative at 0 is infinite though its value there is
-// finite, and what keeps its argument off 0.
-struct SteepAtZero {
+// A function whose derivative at a point (`at`: 0, or ±1) is infinite
+// though its value there is finite, and what keeps its argument off it.
+struct SteepPoint {
   std::initializer_list<const char*> forward_ops;
+  const char* at;
   const char* what;
   const char* fix;
 };
 
-const SteepAtZero kSteepAtZero[] = {
+const SteepPoint kSteepPoints[] = {
     {{"aten::sqrt", "aten::norm", "aten::linalg_vector_norm", "aten::frobenius_norm",
       "aten::_foreach_norm"},
+     "0",
      "a square root's, or a norm's of a zero vector",
      "keep the argument off 0 before the square root: (d2 + eps).sqrt(), or "
      "torch.where(d2 > 0, d2, 1).sqrt() inside the where (the \"double where\"); "
@@ -306,22 +308,30 @@ const SteepAtZero kSteepAtZero[] = {
      "hand, x.pow(2).sum(-1).sqrt() (a gradient penalty's), is torch.linalg.vector_norm(x, "
      "dim=-1), whose gradient at a zero vector is 0"},
     {{"aten::pow", "aten::float_power"},
+     "0",
      "a power's with an exponent below 1, e * x ** (e - 1): a square root's, or a focal "
      "loss's (1 - p) ** gamma with gamma < 1 where p is 1",
      "keep the base off 0 before the power: x.clamp_min(eps) ** e (a focal loss's "
      "(1 - p).clamp_min(eps) ** gamma), or an exponent of 1 or more, whose derivative "
      "at 0 is finite"},
+    {{"aten::acos", "aten::asin"},
+     "±1",
+     "an arc cosine's or arc sine's, -1 / sqrt(1 - x^2): ArcFace's or an angular loss's "
+     "acos of a cosine of exactly 1, an embedding on its class centre (or -1, opposite it)",
+     "keep the cosine inside (-1, 1) before the acos: cos.clamp(-1 + 1e-7, 1 - 1e-7) in fp32 "
+     "(1e-3 in fp16, whose steps near 1 are 5e-4); clamp(-1, 1) is not enough, as 1 itself "
+     "is where the derivative is infinite"},
 };
 
-// The function `f` is the backward of when it is one of kSteepAtZero and
+// The function `f` is the backward of when it is one of kSteepPoints and
 // `f` made inf/NaN there, with inputs too small to have overflowed: its
-// derivative at 0 times the incoming gradient (a zero gradient gives 0 / 0,
+// derivative at that point times the incoming gradient (a zero gradient gives 0 / 0,
 // NaN; another one ±inf). Null otherwise.
-const SteepAtZero* SteepAtZeroGradient(const FindingRow& f) {
+const SteepPoint* SteepPointGradient(const FindingRow& f) {
   if (f.phase != "backward" || (f.nan == 0 && f.posinf == 0 && f.neginf == 0)) return nullptr;
   const std::optional<double> largest = LargestFiniteInput(f);
   if (largest && *largest > kFp32SquareLimit) return nullptr;
-  for (const SteepAtZero& steep : kSteepAtZero) {
+  for (const SteepPoint& steep : kSteepPoints) {
     for (const char* op : steep.forward_ops) {
       if (f.forward_op == op) return &steep;
     }
@@ -330,14 +340,14 @@ const SteepAtZero* SteepAtZeroGradient(const FindingRow& f) {
 }
 
 // Why `f`, the backward of `steep`'s function, made inf/NaN.
-std::string SteepAtZeroCause(const SteepAtZero& steep, const FindingRow& f) {
+std::string SteepPointCause(const SteepPoint& steep, const FindingRow& f) {
   return absl::StrCat(
-      "the derivative of ", f.forward_op, " at 0 is infinite (", steep.what,
+      "the derivative of ", f.forward_op, " at ", steep.at, " is infinite (", steep.what,
       "): its backward multiplies the incoming gradient by inf there, ",
       f.nan > 0 ? "and 0 x inf is NaN where that gradient was 0 (entries a torch.where or "
                   "masked_fill did not select)"
                 : "which is inf wherever that gradient was not 0",
-      ", though the forward value at 0 was finite");
+      ", though the forward value at ", steep.at, " was finite");
 }
 
 }  // namespace
@@ -386,10 +396,10 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
   d.title = "Healthy: the inf/NaN made in each step were dropped before any weight";
   d.evidence.push_back(WhatItGave(f));
   // The division is the square root's derivative, not one of the program's.
-  const SteepAtZero* steep = SteepAtZeroGradient(f);
+  const SteepPoint* steep = SteepPointGradient(f);
   const Singularity* singular = steep != nullptr ? nullptr : SingularityOf(f);
   if (singular != nullptr) d.evidence.push_back(singular->cause);
-  if (steep != nullptr) d.evidence.push_back(SteepAtZeroCause(*steep, f));
+  if (steep != nullptr) d.evidence.push_back(SteepPointCause(*steep, f));
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
   d.evidence.push_back(absl::StrCat(
       "in ", s.nonfinite_steps.size(), " of ", s.steps,
@@ -413,7 +423,7 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
-  const SteepAtZero* steep = SteepAtZeroGradient(f);
+  const SteepPoint* steep = SteepPointGradient(f);
   // The division is the square root's derivative, not one of the program's.
   const Singularity* singular = steep != nullptr ? nullptr : SingularityOf(f);
   const std::string no_overflow = NoOverflowWithoutRecomputation(singular, f);
@@ -473,7 +483,7 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
         "valid before ", f.op));
   }
   if (steep != nullptr) {
-    d.evidence.push_back(SteepAtZeroCause(*steep, f));
+    d.evidence.push_back(SteepPointCause(*steep, f));
     d.fixes.push_back(steep->fix);
   }
   // Finite inputs so large that their square is past fp32's range: values

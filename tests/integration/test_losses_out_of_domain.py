@@ -30,6 +30,24 @@ def test_an_acos_past_its_domain_shows_the_input_past_1_and_no_where_trap(out):
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
+def test_an_fp16_cosine_rounded_to_1_is_acoss_infinite_derivative_not_a_division(out):
+    # Under fp16 autocast a cosine within 2.4e-4 of 1 is 1: acos is 0 there,
+    # its derivative -1 / sqrt(1 - x^2) infinite. It said "keep the
+    # denominator away from 0 ... F.normalize": the program has no division,
+    # and F.normalize is what it already calls.
+    first, d, evidence = diagnosed(out, "arcface-fp16", 3)
+    assert (first["op"], first["phase"], first["forward_op"], first["step"]) == (
+        "aten::rsqrt", "backward", "aten::acos", 2), first
+    assert d["kind"] == "invalid_math", d
+    assert "the derivative of aten::acos at ±1 is infinite" in evidence, d
+    assert d["fixes"][0].startswith("keep the cosine inside (-1, 1) before the acos"), d["fixes"]
+    assert not any("denominator" in f for f in d["fixes"]), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "arcface-fp16-clamped"],
+                                       out.parent / "fixed")
+    assert monitored.stdout.splitlines()[3].endswith("weights finite True"), monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_a_std_over_one_sample_is_bessels_correction(out):
     first, d, evidence = diagnosed(out, "std", 2)
     assert (first["op"], first["step"], first["nan"]) == ("aten::std", 2, 1), first

@@ -642,6 +642,28 @@ TEST(Diagnosis, AFractionalPowersInfiniteGradientAtZeroIsItsDerivative) {
   ExpectInvalidMath(s, "an input reached |x| = 1e+30", "clip gradients");
 }
 
+// ArcFace's acos of a cosine of exactly 1 (an fp16 cosine within 2.4e-4 of
+// 1 rounds there): acos is 0, its derivative -1 / sqrt(1 - x^2) infinite,
+// which rsqrt's backward computes. Not the program's division.
+TEST(Diagnosis, AnArcCosinesInfiniteGradientAtOneIsItsDerivative) {
+  RunSummary s;
+  s.steps = 4;
+  FindingRow g = BackwardOrigin(2);
+  g.op = "aten::rsqrt";
+  g.forward_op = "aten::acos";
+  g.dtype = "float32";
+  g.posinf = 1;
+  g.elements = 320;
+  g.inputs = "#0 float32[32, 10] max|x|=0.99999994";
+  s.first_origin = g;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {2, 3};
+  ExpectInvalidMath(s, "the derivative of aten::acos at ±1 is infinite",
+                    "keep the cosine inside (-1, 1) before the acos");
+  const Diagnosis d = Diagnose(s);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "a division by 0")) << ::testing::PrintToString(d.evidence);
+  for (const std::string& f : d.fixes) EXPECT_FALSE(absl::StrContains(f, "denominator")) << f;
+}
+
 TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
   // Adam's exp_avg_sq.addcmul_(grad, grad): gradients of 1.4e21, squared.
   RunSummary s;

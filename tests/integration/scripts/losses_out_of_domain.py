@@ -1,11 +1,16 @@
-"""Four losses written by hand that go NaN for a reason of their own, not
-fp16's range; each is a pattern users write and nanhunt must explain.
+"""Losses written by hand that go NaN for a reason of their own, not fp16's
+range; each is a pattern users write and nanhunt must explain.
 
     losses_out_of_domain.py MODE
 
 arcface  acos of a cosine between unit vectors: at step 2 one embedding is
          its class's weight itself, and the cosine rounds to 1.0000001,
          past acos's domain (the fix, clamp, is MODE arcface-clamped)
+arcface-fp16
+         the same under fp16 autocast, where at step 2 one embedding is
+         within 1e-5 of its class's weight: the fp16 cosine rounds to
+         exactly 1, where acos is finite and its derivative infinite
+         (the fix, a clamp 1e-3 inside, is MODE arcface-fp16-clamped)
 std      GRPO-style advantages, (r - mean) / (std + eps) per group: at
          step 2 a group has one sample, whose std (Bessel's N - 1) is NaN
 focal    a focal loss with gamma = 0.5: at step 2 the model is certain,
@@ -28,21 +33,25 @@ def report(step, loss, params):
     print(f"step {step} loss {loss.item():.6f} weights finite {finite}", flush=True)
 
 
-def arcface(clamped):
+def arcface(clamped, fp16=False):
     embed = torch.nn.Linear(16, 8)
     centers = torch.nn.Parameter(torch.randn(10, 8))
     params = [*embed.parameters(), centers]
     opt = torch.optim.SGD(params, lr=0.1)
     x, y = torch.randn(32, 16), torch.randint(0, 10, (32,))
+    margin = 1e-3 if fp16 else 1e-7
     for step in range(4):
         f = F.normalize(embed(x), dim=1)
         w = F.normalize(centers, dim=1)
-        if step == 2:  # a sample on its class's center, rounded past it
+        if step == 2 and fp16:  # a sample next to its class's center
+            f = torch.cat([F.normalize(w[y[:1]] + 1e-5 * f[:1], dim=1), f[1:]])
+        elif step == 2:  # a sample on its class's center, rounded past it
             f = torch.cat([w[y[:1]] * 1.0000001, f[1:]])
-        cos = f @ w.t()
+        with torch.autocast("cpu", dtype=torch.float16, enabled=fp16):
+            cos = f @ w.t()
         if clamped:
-            cos = cos.clamp(-1 + 1e-7, 1 - 1e-7)
-        theta = torch.acos(cos)
+            cos = cos.clamp(-1 + margin, 1 - margin)
+        theta = torch.acos(cos.float())
         loss = F.cross_entropy(30 * torch.cos(theta + 0.5 * F.one_hot(y, 10)), y)
         opt.zero_grad()
         loss.backward()
@@ -95,4 +104,6 @@ def bce_by_hand():
 
 
 {"arcface": lambda: arcface(False), "arcface-clamped": lambda: arcface(True),
+ "arcface-fp16": lambda: arcface(False, fp16=True),
+ "arcface-fp16-clamped": lambda: arcface(True, fp16=True),
  "std": std_of_groups, "focal": focal, "bce": bce_by_hand}[MODE]()
