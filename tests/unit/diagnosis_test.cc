@@ -616,20 +616,30 @@ TEST(Diagnosis, AStdOverOneValueIsBesselsCorrection) {
       << ::testing::PrintToString(d.evidence);
 }
 
-// A focal loss's (1 - p) ** 0.5 where p is 1: pow's backward is
-// 0.5 * 0 ** -0.5, +inf, with a nonzero incoming gradient.
-TEST(Diagnosis, AFractionalPowersInfiniteGradientAtZeroIsItsDerivative) {
+// A 4-step run whose first origin is `op`, in the backward of `forward_op`
+// at step 2, that gave `posinf` +inf of `elements` fp32 values from
+// `inputs`; steps 2 and 3 kept inf/NaN.
+RunSummary InfiniteGradientAtStep2(const char* op, const char* forward_op, int64_t posinf,
+                                   int64_t elements, const char* inputs) {
   RunSummary s;
   s.steps = 4;
   FindingRow g = BackwardOrigin(2);
-  g.op = "aten::pow";
-  g.forward_op = "aten::pow";
+  g.op = op;
+  g.forward_op = forward_op;
   g.dtype = "float32";
-  g.posinf = 32;
-  g.elements = 32;
-  g.inputs = "#0 float32[32] max|x|=0";
+  g.posinf = posinf;
+  g.elements = elements;
+  g.inputs = inputs;
   s.first_origin = g;
   s.nonfinite_steps = s.nonfinite_steps_kept = {2, 3};
+  return s;
+}
+
+// A focal loss's (1 - p) ** 0.5 where p is 1: pow's backward is
+// 0.5 * 0 ** -0.5, +inf, with a nonzero incoming gradient.
+TEST(Diagnosis, AFractionalPowersInfiniteGradientAtZeroIsItsDerivative) {
+  RunSummary s = InfiniteGradientAtStep2("aten::pow", "aten::pow", 32, 32,
+                                         "#0 float32[32] max|x|=0");
   ExpectInvalidMath(s, "the derivative of aten::pow at 0 is infinite",
                     "x.clamp_min(eps) ** e");
   const Diagnosis d = Diagnose(s);
@@ -646,17 +656,8 @@ TEST(Diagnosis, AFractionalPowersInfiniteGradientAtZeroIsItsDerivative) {
 // 1 rounds there): acos is 0, its derivative -1 / sqrt(1 - x^2) infinite,
 // which rsqrt's backward computes. Not the program's division.
 TEST(Diagnosis, AnArcCosinesInfiniteGradientAtOneIsItsDerivative) {
-  RunSummary s;
-  s.steps = 4;
-  FindingRow g = BackwardOrigin(2);
-  g.op = "aten::rsqrt";
-  g.forward_op = "aten::acos";
-  g.dtype = "float32";
-  g.posinf = 1;
-  g.elements = 320;
-  g.inputs = "#0 float32[32, 10] max|x|=0.99999994";
-  s.first_origin = g;
-  s.nonfinite_steps = s.nonfinite_steps_kept = {2, 3};
+  RunSummary s = InfiniteGradientAtStep2("aten::rsqrt", "aten::acos", 1, 320,
+                                         "#0 float32[32, 10] max|x|=0.99999994");
   ExpectInvalidMath(s, "the derivative of aten::acos at ±1 is infinite",
                     "keep the cosine inside (-1, 1) before the acos");
   const Diagnosis d = Diagnose(s);
