@@ -339,6 +339,19 @@ const SteepPoint* SteepPointGradient(const FindingRow& f) {
   return nullptr;
 }
 
+// Before the run's first update, values past 1.8e19 in the origin's step
+// were computed within that step's forward pass: no gradient or learning
+// rate grew them. The step's first forward warning past that, or null.
+const FindingRow* GrewBeforeAnyUpdate(const RunSummary& s, const FindingRow& f) {
+  for (const PhaseStep& p : s.first_origin_phase_steps) {
+    if (p.phase == "optimizer" && p.step < f.step) return nullptr;
+  }
+  for (const FindingRow& w : s.warnings) {
+    if (w.step == f.step && w.phase == "forward" && w.max_abs > kFp32SquareLimit) return &w;
+  }
+  return nullptr;
+}
+
 // Why `f`, the backward of `steep`'s function, made inf/NaN.
 std::string SteepPointCause(const SteepPoint& steep, const FindingRow& f) {
   return absl::StrCat(
@@ -505,6 +518,19 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
     if (const std::optional<UpdateGrowth> growth = UpdatesBefore(s, f)) {
       d.evidence.push_back(growth->evidence);
       d.fixes.push_back(growth->fix);
+    } else if (const FindingRow* grew = GrewBeforeAnyUpdate(s, f)) {
+      const std::string where = grew->source.empty() ? "" : absl::StrCat(" at ", grew->source);
+      d.evidence.push_back(absl::StrCat(
+          "no update came before step ", f.step, ": the values grew within its forward pass, "
+          "past 1.8e19 first in ", OpInTopOp(*grew), " (forward)", where, ", |x| = ",
+          FormatAbs(grew->max_abs), "; clipping gradients or a lower learning rate cannot "
+          "stop that"));
+      d.fixes.push_back(absl::StrCat(
+          "make the computation", where.empty() ? " of " + grew->op : where,
+          " stable: values that grow without bound within one pass come from an iteration "
+          "or a product of many factors (Sinkhorn's u = a / (K @ v), whose K = exp(-C / eps) "
+          "underflows: iterate in the log domain with torch.logsumexp, or a larger eps; a "
+          "product of probabilities: a sum of their logs)"));
     } else {
       d.fixes.push_back(
         f.phase == "forward"

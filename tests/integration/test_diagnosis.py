@@ -357,6 +357,26 @@ def test_ops_that_torch_keeps_finite_at_edge_values_make_no_finding(out):
     assert j["diagnosis"]["title"].startswith("Healthy"), j["diagnosis"]
 
 
+def test_values_that_grew_within_the_first_forward_pass_need_no_lower_learning_rate(out):
+    # Sinkhorn's scaling vectors pass 1e30 within step 0's forward pass and
+    # its backward overflows fp32. It said "clip gradients ... or a lower
+    # learning rate", before any update had run.
+    script = SCRIPTS / "sinkhorn_transport.py"
+    r = preload_run([PYTHON, script, "scaling"], out)
+    assert r.returncode == 0 and "weights finite False" in r.stdout, r.stdout + r.stderr
+    d = view_json(out)["diagnosis"]
+    evidence = " ".join(d["evidence"])
+    assert d["kind"] == "invalid_math", d
+    assert "no update came before step 0: the values grew within its forward pass" in evidence, d
+    assert "sinkhorn_transport.py:38" in evidence, d
+    assert d["fixes"][0].startswith("make the computation at "), d["fixes"]
+    assert "torch.logsumexp" in d["fixes"][0], d["fixes"]
+    assert not any("clip gradients" in f for f in d["fixes"]), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, script, "log"], out.parent / "fixed")
+    assert "step 2 loss" in monitored.stdout and "weights finite False" not in monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     r = preload_run([PYTHON, SCRIPTS / "sqrt_of_negative_fp16.py"], out)
     assert r.returncode == 0, r.stderr

@@ -699,6 +699,44 @@ TEST(Diagnosis, AnFp32UpdateThatSquaresExplodedGradientsSaysTheyExploded) {
   for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "exploded")) << e;
 }
 
+// Sinkhorn's scaling vectors grow past 1e30 within step 0's forward pass;
+// the backward's product overflows fp32. Before any update, no gradient or
+// learning rate grew them: the fix is the forward computation's, named.
+TEST(Diagnosis, ValuesThatGrewBeforeAnyUpdateAreTheForwardPassOwn) {
+  RunSummary s;
+  s.steps = 3;
+  FindingRow f = BackwardOrigin(0);
+  f.op = f.forward_op = "aten::mul";
+  f.dtype = "float32";
+  f.inputs = "#0 float32[16, 16] max|x|=4.81633e+35; #1 float32[16, 1] max|x|=7.08934e+14";
+  s.first_origin = f;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {0, 1, 2};
+  FindingRow grew = f;
+  grew.kind = "near_max";
+  grew.op = "aten::div";
+  grew.phase = "forward";
+  grew.max_abs = 5.01e24;
+  grew.source = "ot.py:38 in <module>";
+  FindingRow earlier = grew;
+  earlier.max_abs = 8.5e13;  // past fp16's limit, not fp32's square
+  s.warnings = {earlier, grew};
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(AnyStartsWith(d.evidence,
+                            "no update came before step 0: the values grew within its forward "
+                            "pass, past 1.8e19 first in aten::div (forward) at ot.py:38 in "
+                            "<module>, |x| = 5.01e+24"))
+      << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "make the computation at ot.py:38 in <module> stable"))
+      << ::testing::PrintToString(d.fixes);
+  // After updates, the weights may be what grew: gradient clipping again.
+  s.first_origin->step = s.warnings[1].step = 2;
+  s.first_origin_phase_steps = {{0, "optimizer", 1.0, 0}, {1, "optimizer", 1.0, 0}};
+  d = Diagnose(s);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "clip gradients before the update"))
+      << ::testing::PrintToString(d.fixes);
+}
+
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
   RunSummary s;
   s.steps = 5;
