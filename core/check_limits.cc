@@ -77,6 +77,10 @@ unsigned long long SmallestPatternAtLeast(Format format, double value) {
   return lo;
 }
 
+bool RoundsToZero(Format format, double value) {
+  return value != 0 && std::abs(value) <= DecodeMagnitude(format, 1) / 2;
+}
+
 size_t FormatWidth(Format format) {
   switch (format) {
     case Format::kF16:

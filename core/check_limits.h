@@ -53,6 +53,11 @@ double DecodeMagnitude(Format format, unsigned long long abs_bits);
 // infinity pattern (or, without infinities, the NaN pattern) when none is.
 unsigned long long SmallestPatternAtLeast(Format format, double value);
 
+// Whether `value`, not 0, is 0 in `format`: its magnitude is at most half
+// the format's smallest (subnormal) value. F.normalize's eps of 1e-12 in
+// float16, whose smallest value is 6e-8.
+bool RoundsToZero(Format format, double value);
+
 // Bytes per value of `format`.
 size_t FormatWidth(Format format);
 

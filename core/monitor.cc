@@ -585,6 +585,24 @@ void Monitor::NoteUpdateLocked(int64_t step, double update_max_abs) {
   if (writer_) writer_->Add(EventRow{clock_(), kDiverging, absl::StrCat("step ", step, ": ", what)});
 }
 
+void Monitor::OnEpsRoundedToZero(absl::string_view op, Format format, double eps,
+                                 absl::FunctionRef<std::string()> source) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!eps_rounded_.insert(absl::StrCat(op, "/", FormatName(format))).second) return;
+  }
+  // The line is read without the lock: it walks the Python stack.
+  const std::string where = source();
+  absl::MutexLock lock(&mu_);
+  if (!writer_) return;
+  writer_->Add(EventRow{
+      clock_(), kEpsRoundedToZero,
+      absl::StrCat("step ", steps_.step(), ": ", op, "'s ", absl::SixDigits(eps), " is 0 in ",
+                   FormatName(format), " (its smallest value is ",
+                   absl::SixDigits(DecodeMagnitude(format, 1)), ")",
+                   where.empty() ? "" : absl::StrCat(", at ", where))});
+}
+
 void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
   // Garbage overwritten (a buffer's old bytes) is no value the op computed:
   // neither a finding nor statistics.

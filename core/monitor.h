@@ -336,6 +336,13 @@ class Monitor {
   void ForgetCollective(absl::Span<const void* const> storages);
   bool IsCollective(const void* storage) const;
 
+  // `op` was given an eps (EpsArgument, core/op_policy.h) that is 0 in its
+  // output's `format` (RoundsToZero): F.normalize's clamp_min(1e-12) in a
+  // model.half() run. The first time for each op and format, an events row
+  // (kEpsRoundedToZero) with the line `source()` gives.
+  void OnEpsRoundedToZero(absl::string_view op, Format format, double eps,
+                          absl::FunctionRef<std::string()> source);
+
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();
   // Optimizer `optimizer` steps (or GradScaler skipped it): another
@@ -674,6 +681,8 @@ class Monitor {
   bool step_trained_ ABSL_GUARDED_BY(mu_) = false;
   int64_t findings_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<std::string> mask_ops_ ABSL_GUARDED_BY(mu_);
+  // "op/format" pairs OnEpsRoundedToZero has told of.
+  absl::flat_hash_set<std::string> eps_rounded_ ABSL_GUARDED_BY(mu_);
   std::optional<FindingRow> first_origin_ ABSL_GUARDED_BY(mu_);
   std::optional<FindingRow> last_origin_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> notify_ ABSL_GUARDED_BY(mu_);

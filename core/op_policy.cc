@@ -116,6 +116,13 @@ OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
   return OwnZeroDivision::kNone;
 }
 
+int EpsArgument(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {"aten::clamp_min", "aten::clamp_min_",
+                                               "aten::clamp",     "aten::clamp_",
+                                               "aten::add",       "aten::add_"};
+  return Named(kOps, op) ? 1 : -1;
+}
+
 bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op) {
   // pinv: where(S > tol, S.reciprocal(), 0) over the singular values, whose
   // tolerance is above any that overflows.

@@ -119,6 +119,12 @@ OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
 // torch.linalg.pinv's reciprocal of its zero singular values.
 bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op);
 
+// The argument of `op` that holds an eps, a small number kept in a
+// denominator or a lower bound (`norm.clamp_min(1e-12)`, `var + 1e-12`,
+// `x.clamp(min=1e-8)`), or -1: one that rounds to 0 in the output's format
+// protects nothing (Monitor::OnEpsRoundedToZero).
+int EpsArgument(absl::string_view op);
+
 // Ops among those that add a mask to what they compute (baddbmm: mask +
 // q @ k^T): +inf from them, when the masks they were given hold none, is
 // the computation overflowing.

@@ -70,4 +70,9 @@ inline constexpr const char kUnfinishedStepDetail[] =
 // updates grew from max|x| 0.82 at step 0 to 4782.83 at step 3".
 inline constexpr const char kDiverging[] = "diverging";
 
+// An events row for an eps that is 0 in the format it was used in
+// (Monitor::OnEpsRoundedToZero): "step N: aten::clamp_min's 1e-12 is 0 in
+// float16 (its smallest value is 5.96046e-08), at model.py:12 in forward".
+inline constexpr const char kEpsRoundedToZero[] = "eps_rounded_to_zero";
+
 }  // namespace nanhunt

@@ -352,6 +352,16 @@ const FindingRow* GrewBeforeAnyUpdate(const RunSummary& s, const FindingRow& f) 
   return nullptr;
 }
 
+// An eps that was 0 in `f`'s format at or before its step (F.normalize's
+// clamp_min(1e-12) in float16), or null.
+const StepEvent* EpsRoundedBefore(const RunSummary& s, const FindingRow& f) {
+  const std::string in_format = absl::StrCat(" is 0 in ", f.dtype, " ");
+  for (const StepEvent& e : s.eps_rounded) {
+    if (e.step <= f.step && absl::StrContains(e.detail, in_format)) return &e;
+  }
+  return nullptr;
+}
+
 // Why `f`, the backward of `steep`'s function, made inf/NaN.
 std::string SteepPointCause(const SteepPoint& steep, const FindingRow& f) {
   return absl::StrCat(
@@ -458,6 +468,20 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const std::string rounded = ProbabilitiesRoundedToEdges(singular, f);
   if (!rounded.empty()) d.evidence.push_back(rounded);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  // The eps meant to keep a denominator off 0 was 0 itself: that, first.
+  const StepEvent* eps = EpsRoundedBefore(s, f);
+  if (eps != nullptr) {
+    d.evidence.push_back(absl::StrCat("an eps was 0 in ", f.dtype, " before it (step ", eps->step,
+                                      "): ", eps->detail, ", so it kept nothing off 0"));
+    // The backward divides by the eps squared, and a zero vector's
+    // gradient is 1 / eps: float16's needs room for both.
+    const char* holds = f.dtype == "float16" ? "1e-3" : "1e-6";
+    d.fixes.push_back(absl::StrCat(
+        "give that op an eps ", f.dtype, " holds with room for the backward pass, which "
+        "divides by its square (a zero vector's gradient is 1 / eps): ", holds,
+        " (F.normalize(x, eps=", holds, "), x / (d + ", holds, ")); or train under "
+        "torch.autocast, whose weights stay fp32 and whose norms run in fp32"));
+  }
   if (XLogXAtZero(s, f)) {
     // No mask: the mul's gradient into the log is x, 0 there, and the
     // log's backward divides it by x.
@@ -544,7 +568,8 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
               "step, or a lower learning rate");
     }
   }
-  if (singular != nullptr) d.fixes.push_back(singular->fix);
+  // The program kept its denominator off 0 already, with an eps too small.
+  if (singular != nullptr && eps == nullptr) d.fixes.push_back(singular->fix);
   if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {
     d.fixes.push_back(exp_fix);
   }

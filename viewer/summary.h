@@ -81,6 +81,8 @@ struct RunSummary {
   // The monitor's live warnings that the training was diverging, of the
   // first trace that has any (Trace::diverging).
   std::vector<StepEvent> diverging;
+  // Eps that were 0 in their format (Trace::eps_rounded), of every trace.
+  std::vector<StepEvent> eps_rounded;
   // What nanhunt changed in the run (interventions switched on).
   std::vector<std::pair<std::string, int64_t>> fp32_ops;  // op, calls in fp32
   std::vector<std::string> fp32_learned;  // NANHUNT_FP32_OPS=auto

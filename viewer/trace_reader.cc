@@ -418,6 +418,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   t.given_up_steps = StepsOfEvents(db, kGaveUpIteration, t.problems);
   t.unfinished_steps = StepsOfEvents(db, kUnfinishedStep, t.problems);
   t.diverging = EventsOfKind(db, kDiverging, t.problems);
+  t.eps_rounded = EventsOfKind(db, kEpsRoundedToZero, t.problems);
   if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later
     Query(db, "loss_scale",
           "SELECT step, scale, skipped FROM loss_scale ORDER BY rowid",

@@ -82,6 +82,9 @@ struct Trace {
   // The monitor's live warnings that the training was diverging (events
   // kDiverging, core/divergence_watch.h), in order.
   std::vector<StepEvent> diverging;
+  // Eps the process used that were 0 in their format (events
+  // kEpsRoundedToZero, Monitor::OnEpsRoundedToZero), in order.
+  std::vector<StepEvent> eps_rounded;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   // Per step and phase, ordered by step, up to the step of the trace's
   // first origin (none without one: a healthy trace is not scanned again).

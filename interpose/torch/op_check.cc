@@ -367,6 +367,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.workspace_output = WorkspaceOutput(fn.name());
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
+  traits.eps_arg = EpsArgument(fn.name());
   traits.returns_nested_write = ReturnsNestedWrite(fn.name());
   traits.casts_result_buffer_first = CastsResultBufferFirst(fn.name());
   traits.casts = strcmp(fn.name(), "aten::to") == 0 || strcmp(fn.name(), "aten::_to_copy") == 0;

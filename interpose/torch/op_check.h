@@ -37,6 +37,7 @@ struct OpTraits {
   int workspace_output = -1;   // an output that is no values (_ctc_loss's log_alpha)
   bool copies_values = false;  // outputs are input values (core/op_policy)
   bool fills_with_scalar = false;  // zeros, ones, fill_, full
+  int eps_arg = -1;  // an argument that holds an eps (core/op_policy.h's EpsArgument)
   bool returns_nested_write = false;  // _to_copy, clone, zeros... (core/op_policy)
   bool casts_result_buffer_first = false;  // mean (core/op_policy)
   bool casts = false;                      // to, _to_copy

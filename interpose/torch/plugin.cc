@@ -624,6 +624,36 @@ bool HasWorkAtEnd(const OpTraits& traits) {
   return !(traits.view || traits.uninitialised) || traits.scaler_update || traits.collective;
 }
 
+// An eps the op was given (core/op_policy.h's EpsArgument: a Python float,
+// which torch wraps into a double tensor, or a Scalar) that is 0 in its
+// output's format: the clamp or the addition keeps nothing off 0.
+void NoteEpsRoundedToZero(const Frame& frame, const std::vector<c10::IValue>& outputs,
+                          ThreadState& ts, Monitor& monitor) {
+  const auto arg = static_cast<size_t>(frame.traits->eps_arg);
+  if (arg >= frame.inputs.size() || outputs.empty() || !outputs[0].isTensor()) return;
+  const c10::IValue& given = frame.inputs[arg];
+  double eps = 0;
+  if (given.isDouble()) {
+    eps = given.toDouble();
+  } else if (given.isTensor() && given.toTensor().defined() &&
+             given.toTensor().unsafeGetTensorImpl()->is_wrapped_number() &&
+             given.toTensor().scalar_type() == at::kDouble) {
+    eps = *given.toTensor().data_ptr<double>();  // a host scalar: no op to read it
+  } else {
+    return;
+  }
+  const at::Tensor& out = outputs[0].toTensor();
+  if (!out.defined()) return;
+  const std::optional<Format> format = torch_compat::FormatOf(out.scalar_type());
+  if (!format || !RoundsToZero(*format, eps)) return;
+  monitor.OnEpsRoundedToZero(frame.name, *format, eps, [&] {
+    ts.busy = true;  // reading the Python stack runs no op of the model's
+    std::string source = CaptureSourceLocation(*g_torch_dir, /*frames=*/1).source;
+    ts.busy = false;
+    return source;
+  });
+}
+
 void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   Frame& frame = ts.frames[index];
   const OpTraits& traits = *frame.traits;
@@ -660,6 +690,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
           ? std::vector<c10::IValue>()
           : WithWrittenNotReturned(returned, frame.inputs, traits);
   const std::vector<c10::IValue>& outputs = written.empty() ? returned : written;
+  if (traits.eps_arg >= 0) NoteEpsRoundedToZero(frame, outputs, ts, monitor);
 
   const char* top_op = nullptr;
   const char* forward_op = nullptr;

@@ -116,6 +116,19 @@ TEST(CheckSemantics, Fp8E5M2IsIeeeLike) {
   EXPECT_EQ(One<Format::kF8E5M2>(0x7D).nan, 1u);
 }
 
+// F.normalize's eps of 1e-12 is 0 in float16 (smallest value 2^-24,
+// 6e-8); half of that rounds to 0 too (to even), a little more does not.
+TEST(CheckLimits, AnEpsRoundsToZeroBelowHalfTheSmallestValue) {
+  EXPECT_TRUE(RoundsToZero(Format::kF16, 1e-12));
+  EXPECT_TRUE(RoundsToZero(Format::kF16, -1e-12));
+  EXPECT_TRUE(RoundsToZero(Format::kF16, 0x1p-25));
+  EXPECT_FALSE(RoundsToZero(Format::kF16, 0x1.01p-25));
+  EXPECT_FALSE(RoundsToZero(Format::kF16, 1e-6));
+  EXPECT_FALSE(RoundsToZero(Format::kF16, 0)) << "no eps at all";
+  EXPECT_FALSE(RoundsToZero(Format::kBF16, 1e-12));
+  EXPECT_TRUE(RoundsToZero(Format::kF32, 1e-46));
+}
+
 TEST(CheckLimits, ThresholdRoundsUpToTheNextPattern) {
   // 16376 is exactly representable in fp16; 16377 is not (step 16 there).
   EXPECT_EQ(DecodeMagnitude(Format::kF16, SmallestPatternAtLeast(Format::kF16, 16376)), 16376.0);

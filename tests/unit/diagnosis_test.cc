@@ -737,6 +737,31 @@ TEST(Diagnosis, ValuesThatGrewBeforeAnyUpdateAreTheForwardPassOwn) {
       << ::testing::PrintToString(d.fixes);
 }
 
+// model.half() and F.normalize: its clamp_min(1e-12) is clamp_min(0) in
+// float16, and a padding row is 0 / 0. The eps is the cause, not a missing
+// one: no "keep the denominator away from 0".
+TEST(Diagnosis, ADivisionAfterAnEpsThatWasZeroInItsFormatNamesTheEps) {
+  RunSummary s = NanLossRun(3, "aten::div", "", 48, 16, "#0 float16[2, 3, 8] max|x|=1.85", {0});
+  s.first_origin->step = 0;
+  s.first_origin->dtype = "float16";
+  s.first_origin->fp32_max_abs = std::numeric_limits<double>::quiet_NaN();
+  s.eps_rounded = {{0, "aten::clamp_min's 1e-12 is 0 in float16 (its smallest value is "
+                       "5.96046e-08), at model.py:7 in forward"}};
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(AnyStartsWith(d.evidence, "an eps was 0 in float16 before it (step 0): "
+                                        "aten::clamp_min's 1e-12"))
+      << ::testing::PrintToString(d.evidence);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "give that op an eps float16 holds")) << d.fixes[0];
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "F.normalize(x, eps=1e-3)")) << d.fixes[0];
+  for (const std::string& f : d.fixes) EXPECT_FALSE(absl::StrContains(f, "denominator")) << f;
+  // An eps after the origin, or of another format, is no cause of it.
+  s.eps_rounded[0].step = 1;
+  for (const std::string& e : Diagnose(s).evidence) EXPECT_FALSE(absl::StartsWith(e, "an eps")) << e;
+  s.eps_rounded[0] = {0, "aten::add's 1e-46 is 0 in float32 (its smallest value is 1.4e-45)"};
+  for (const std::string& e : Diagnose(s).evidence) EXPECT_FALSE(absl::StartsWith(e, "an eps")) << e;
+}
+
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
   RunSummary s;
   s.steps = 5;

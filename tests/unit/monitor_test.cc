@@ -1221,6 +1221,27 @@ TEST_F(TracedMonitorTest, AGansGeneratorGradScalerSkippedEndsItsUpdateInItsItera
   EXPECT_EQ(nonfinite_in_step_1, 1);
 }
 
+// F.normalize's clamp_min(1e-12) in a model.half() run, every step: one
+// events row for the op and format, with its line, read only then.
+TEST_F(TracedMonitorTest, AnEpsThatIsZeroInItsFormatIsToldOncePerOpAndFormat) {
+  int lines_read = 0;
+  const auto line = [&] {
+    ++lines_read;
+    return std::string("model.py:12 in forward");
+  };
+  monitor_->OnEpsRoundedToZero("aten::clamp_min", Format::kF16, 1e-12, line);
+  monitor_->OnEpsRoundedToZero("aten::clamp_min", Format::kF16, 1e-12, line);
+  monitor_->OnEpsRoundedToZero("aten::add", Format::kF16, 1e-9, line);
+  EXPECT_EQ(lines_read, 2);
+  auto trace = CloseAndRead();
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->eps_rounded.size(), 2u);
+  EXPECT_EQ(trace->eps_rounded[0].step, 0);
+  EXPECT_EQ(trace->eps_rounded[0].detail,
+            "aten::clamp_min's 1e-12 is 0 in float16 (its smallest value is 5.96046e-08), at "
+            "model.py:12 in forward");
+}
+
 // An iteration the program gave up on a non-finite loss: the next batch's
 // first op on the step's first parameter begins a step at its start, the
 // trace has an events row for the step given up once the next iteration is

@@ -19,6 +19,14 @@ TEST(OpPolicy, PatternsMatchNamesGlobsAndOverloads) {
   EXPECT_FALSE(MatchesOpPattern("aten::mm", "", p));
 }
 
+TEST(OpPolicy, AnEpsIsTheSecondArgumentOfAClampOrAnAddition) {
+  EXPECT_EQ(EpsArgument("aten::clamp_min"), 1);  // F.normalize's norm.clamp_min(eps)
+  EXPECT_EQ(EpsArgument("aten::clamp"), 1);      // x.clamp(min=eps)
+  EXPECT_EQ(EpsArgument("aten::add"), 1);        // var + eps
+  EXPECT_EQ(EpsArgument("aten::add_"), 1);       // denom.add_(eps)
+  EXPECT_EQ(EpsArgument("aten::mul"), -1);
+}
+
 TEST(OpPolicy, UninitialisedCopyingAndFillingOpsAreKnown) {
   EXPECT_TRUE(OutputsAreUninitialised("aten::empty_strided"));
   EXPECT_FALSE(OutputsAreUninitialised("aten::zeros"));
