@@ -339,12 +339,17 @@ const SteepPoint* SteepPointGradient(const FindingRow& f) {
   return nullptr;
 }
 
-// Before the run's first update, values past 1.8e19 in the origin's step
-// were computed within that step's forward pass: no gradient or learning
-// rate grew them. The step's first forward warning past that, or null.
+// In the run's first step, before any update, values past 1.8e19 that a
+// backward or update op was given were computed within that step's
+// forward pass: no gradient or learning rate grew them. The step's first
+// forward warning past that, or null. (A forward origin's fix already
+// looks at the batch; updates a program writes itself, as torch.func
+// loops do, are no optimizer phase: no step before is asked for, not only
+// no update.)
 const FindingRow* GrewBeforeAnyUpdate(const RunSummary& s, const FindingRow& f) {
+  if (f.phase == "forward") return nullptr;
   for (const PhaseStep& p : s.first_origin_phase_steps) {
-    if (p.phase == "optimizer" && p.step < f.step) return nullptr;
+    if (p.step < f.step) return nullptr;
   }
   for (const FindingRow& w : s.warnings) {
     if (w.step == f.step && w.phase == "forward" && w.max_abs > kFp32SquareLimit) return &w;

@@ -729,9 +729,17 @@ TEST(Diagnosis, ValuesThatGrewBeforeAnyUpdateAreTheForwardPassOwn) {
       << ::testing::PrintToString(d.evidence);
   EXPECT_TRUE(absl::StartsWith(d.fixes[0], "make the computation at ot.py:38 in <module> stable"))
       << ::testing::PrintToString(d.fixes);
-  // After updates, the weights may be what grew: gradient clipping again.
+  // A forward origin's fix looks at the batch already (a batch scaled by
+  // 1e30 passes 1e19 in the forward pass too).
+  s.first_origin->phase = "forward";
+  d = Diagnose(s);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "find where the values grew"))
+      << ::testing::PrintToString(d.fixes);
+  // After steps, the weights may be what grew (updates of torch.optim, or
+  // the program's own, a torch.func loop's, in no optimizer phase).
+  s.first_origin->phase = "backward";
   s.first_origin->step = s.warnings[1].step = 2;
-  s.first_origin_phase_steps = {{0, "optimizer", 1.0, 0}, {1, "optimizer", 1.0, 0}};
+  s.first_origin_phase_steps = {{0, "forward", 1.0, 0}, {1, "forward", 1.0, 0}};
   d = Diagnose(s);
   EXPECT_TRUE(absl::StartsWith(d.fixes[0], "clip gradients before the update"))
       << ::testing::PrintToString(d.fixes);
