@@ -413,6 +413,8 @@ class Monitor {
   // its end, so that the ops inside it (which end first: the addmm in the
   // first layer's linear) are in the step it begins. One load, no lock.
   bool step_may_begin() const { return step_may_begin_.load(std::memory_order_relaxed); }
+  // StepTracker::step_ended, lock-free.
+  bool step_ended() const { return step_ended_.load(std::memory_order_relaxed); }
   // Before the process trains, `op` and `parameter` (the memory of its
   // first input that requires grad) tell where a forward pass begins
   // (StepTracker::OnPassStart); once it trains, with `next_node` and
@@ -559,6 +561,7 @@ class Monitor {
                               (may_give_up && step_nonfinite_ops_ > 0),
                           std::memory_order_relaxed);
     may_give_up_iteration_.store(may_give_up, std::memory_order_relaxed);
+    step_ended_.store(steps_.step_ended(), std::memory_order_relaxed);
     watches_backward_nodes_.store(steps_.has_given_up_iterations(), std::memory_order_relaxed);
     WriteGivenUpLocked(/*all=*/false);
   }
@@ -666,6 +669,7 @@ class Monitor {
   std::optional<double> update_ended_at_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> step_may_begin_{true};  // steps_.step_may_begin(), kept by
                                              // StepStateChangedLocked
+  std::atomic<bool> step_ended_{false};  // also
   std::atomic<bool> may_give_up_iteration_{false}, watches_backward_nodes_{false};  // also
   int64_t given_up_confirmed_ ABSL_GUARDED_BY(mu_) = 0;  // events rows written
   // Verdicts waiting for GPU results, and the last step kNonFiniteDropped

@@ -189,6 +189,8 @@ class StepTracker {
   bool counts_passes() const { return !trained_ && pass_anchor_.has_value(); }
   // The step the next forward pass belongs to.
   int64_t next_step() const { return step_ended_ ? step_ + 1 : step_; }
+  // An optimizer record ended the step, and no forward pass began since.
+  bool step_ended() const { return step_ended_; }
 
   // GradScaler updated its scale (`_amp_update_scale_`), which ends an
   // iteration whether or not the optimizer ran: a skipped step has no

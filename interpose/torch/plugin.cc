@@ -518,11 +518,14 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
 // The first input that requires grad (a parameter), or null.
 // A tensor of a graph a backward pass already ran (the step's loss or
 // logits), read after backward by a metric or a check of the loss
-// (`logits.argmax(1)`, `torch.isfinite(loss)`): no forward pass begins
-// there. Before, such an op began a step, and after non-finite gradients
-// was "the next iteration, without an update": a skip of the program's.
+// (`logits.argmax(1)`, `torch.isfinite(loss)`) before the update: no
+// forward pass begins there. Before, such an op began a step, and after
+// non-finite gradients was "the next iteration, without an update": a
+// skip of the program's. Once the update ended the step, one does, as any
+// op on a tensor that requires grad (`print(loss.item())`): the next
+// batch's preparation is then the next step's.
 bool OfBackpropagatedGraph(const at::Tensor& t) {
-  if (t.is_leaf()) return false;
+  if (t.is_leaf() || Session::Get()->monitor().step_ended()) return false;
   const torch::autograd::Node* node = torch::autograd::impl::grad_fn_unsafe(t);
   return node != nullptr &&
          ForwardOps::Backpropagated(node->thread_id(), static_cast<int64_t>(node->sequence_nr()));
