@@ -700,11 +700,8 @@ bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
     // mask that carries its values there (sinc's `* pi`, angle's `* i`).
     const bool carried = std::any_of(inputs.begin(), inputs.end(),
                                      [](const InputFacts& in) { return in.own_masked; });
-    for (absl::string_view op : {absl::string_view("aten::div"), absl::string_view("aten::pow"),
-                                 absl::string_view("aten::reciprocal")}) {
-      own = MasksItsZeroDivisionInBackward(carried ? op : e.op, e.forward_op);
-      if (own != OwnZeroDivision::kNone || !carried) break;
-    }
+    own = carried ? FormulasOwnZeroDivision(e.forward_op)
+                  : MasksItsZeroDivisionInBackward(e.op, e.forward_op);
   } else if (!e.top_op.empty() && MasksItsZeroDivisionInForward(e.op, e.top_op)) {
     own = OwnZeroDivision::kAnyWide;
   }

@@ -91,29 +91,30 @@ bool PlacesScalar(absl::string_view op) {
   return Named(kOps, op);
 }
 
-OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
-                                               absl::string_view forward_op) {
+OwnZeroDivision FormulasOwnZeroDivision(absl::string_view forward_op) {
   // Their formulas divide 0 by 0 at the masked entries.
   static constexpr absl::string_view kZeroByZero[] = {"aten::sinc", "aten::angle"};
   // Theirs divide a gradient by 0 there too (a norm's of p != 2, a std's
-  // where its gradient is not 0).
+  // where its gradient is not 0), or take 1 / 0 (atan2's 1 / (x^2 + y^2)).
   static constexpr absl::string_view kAnyByZero[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::frobenius_norm", "aten::linalg_norm",
       "aten::dist", "aten::renorm", "aten::std", "aten::std_mean", "aten::_euclidean_dist",
-      "aten::sgn", "aten::cumprod"};
+      "aten::sgn", "aten::cumprod", "aten::atan2"};
+  if (Named(kAnyByZero, forward_op)) return OwnZeroDivision::kAnyWide;
+  if (Named(kZeroByZero, forward_op)) return OwnZeroDivision::kNanOnly;
+  return OwnZeroDivision::kNone;
+}
+
+OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
+                                               absl::string_view forward_op) {
   // A norm of p < 1 raises |x| to p - 1 < 0 (0 ** (p - 1) is inf), masked
-  // where x == 0; atan2's takes 1 / (x^2 + y^2), masked where that is 0.
+  // where x == 0.
   static constexpr absl::string_view kNorms[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::linalg_norm", "aten::dist"};
-  if (op == "aten::div" || op == "aten::div_") {
-    if (Named(kAnyByZero, forward_op)) return OwnZeroDivision::kAnyWide;
-    if (Named(kZeroByZero, forward_op)) return OwnZeroDivision::kNanOnly;
-  }
-  if ((op == "aten::pow" || op == "aten::pow_") && Named(kNorms, forward_op)) {
-    return OwnZeroDivision::kAnyWide;
-  }
-  if (op == "aten::reciprocal" && forward_op == "aten::atan2") return OwnZeroDivision::kAnyWide;
-  return OwnZeroDivision::kNone;
+  const bool divides = op == "aten::div" || op == "aten::div_" ||
+                       ((op == "aten::pow" || op == "aten::pow_") && Named(kNorms, forward_op)) ||
+                       (op == "aten::reciprocal" && forward_op == "aten::atan2");
+  return divides ? FormulasOwnZeroDivision(forward_op) : OwnZeroDivision::kNone;
 }
 
 int EpsArgument(absl::string_view op) {

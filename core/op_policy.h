@@ -115,6 +115,9 @@ enum class OwnZeroDivision {
 };
 OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
                                                absl::string_view forward_op);
+// What the backward formula of `forward_op` makes of its own at a zero, in
+// whichever of its ops carries it to the mask (sinc's `* pi`).
+OwnZeroDivision FormulasOwnZeroDivision(absl::string_view forward_op);
 // The same in a forward op's own nested ops, masked before it returns:
 // torch.linalg.pinv's reciprocal of its zero singular values.
 bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op);

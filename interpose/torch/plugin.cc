@@ -515,7 +515,6 @@ std::vector<const void*> StoragesOf(c10::ArrayRef<c10::IValue> values) {
   return storages;
 }
 
-// The first input that requires grad (a parameter), or null.
 // A tensor of a graph a backward pass already ran (the step's loss or
 // logits), read after backward by a metric or a check of the loss
 // (`logits.argmax(1)`, `torch.isfinite(loss)`) before the update: no
@@ -543,6 +542,8 @@ bool OnlyBackpropagatedGradInputs(c10::ArrayRef<const c10::IValue> inputs) {
   return any;
 }
 
+// The first input that requires grad (a parameter), or null; before the
+// update, not one of a graph back-propagated already.
 const at::Tensor* FirstGradInput(c10::ArrayRef<const c10::IValue> inputs) {
   for (const c10::IValue& v : inputs) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad() &&

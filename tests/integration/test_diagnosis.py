@@ -306,6 +306,14 @@ def test_a_gradient_penaltys_norm_by_hand_at_zero_is_dropped_with_the_sqrts_fix(
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
+def assert_no_finding(j, title):
+    """The view's JSON `j` has no origin, input or propagated finding, and a
+    diagnosis whose title starts with `title`."""
+    assert j["first_origin"] is None, j["first_origin"]
+    assert j["counts"] == {"origins": 0, "inputs": 0, "propagated": 0}, j["counts"]
+    assert j["diagnosis"]["title"].startswith(title), j["diagnosis"]
+
+
 @pytest.mark.parametrize("script", [
     "normalized_padding.py", "standardized_dead_feature.py", "rbf_kernel_cdist.py",
     "sinc_filterbank.py", "phase_loss_on_silence.py angle", "phase_loss_on_silence.py sgn",
@@ -326,10 +334,7 @@ def test_a_backward_formulas_own_masked_zero_division_is_healthy_not_a_nan_origi
     assert r.returncode == 0, r.stderr
     assert "weights finite False" not in r.stdout, r.stdout
     assert "first non-finite values" not in r.stderr, r.stderr
-    j = view_json(out)
-    assert j["first_origin"] is None, j["first_origin"]
-    assert j["counts"] == {"origins": 0, "inputs": 0, "propagated": 0}, j["counts"]
-    assert j["diagnosis"]["title"].startswith("Healthy: no non-finite values"), j["diagnosis"]
+    assert_no_finding(view_json(out), "Healthy: no non-finite values")
 
 
 def test_ops_that_torch_keeps_finite_at_edge_values_make_no_finding(out):
@@ -350,11 +355,7 @@ def test_ops_that_torch_keeps_finite_at_edge_values_make_no_finding(out):
     assert "pow_t" in healthy
     healthy.remove("pow_t")
     plain_and_monitored([PYTHON, script, *healthy], out)
-    j = view_json(out)
-    # Its line names the case.
-    assert j["first_origin"] is None, j["first_origin"]
-    assert j["counts"] == {"origins": 0, "inputs": 0, "propagated": 0}, j["counts"]
-    assert j["diagnosis"]["title"].startswith("Healthy"), j["diagnosis"]
+    assert_no_finding(view_json(out), "Healthy")  # a first origin's line names its case
 
 
 def test_values_that_grew_within_the_first_forward_pass_need_no_lower_learning_rate(out):
