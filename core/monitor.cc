@@ -616,7 +616,8 @@ void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
   e.outputs = d.outputs;
   absl::MutexLock lock(&mu_);
   CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/settled == Settled::kStands,
-                /*mask=*/settled == Settled::kMask);
+                /*mask=*/settled != Settled::kStands);
+  if (settled == Settled::kLeftOut) return;  // not the program's mask either
   if (settled == Settled::kMask) {
     mask_ops_.insert(d.op);
     return;

@@ -264,6 +264,11 @@ enum class Settled {
   kStands,       // still non-finite, the enclosing op no mask: propagated
   kMask,         // the enclosing op's verdict was kMasked: a mask carried
   kOverwritten,  // finite by the enclosing op's end: garbage, not data
+  // Non-finite still, but the enclosing op's outputs are finite: it left
+  // them out itself (torch.logdet places a NaN for a negative determinant
+  // and its torch.where keeps it out where the determinant is positive).
+  // Torch's own, as kOwnMasked is: neither a finding nor a non-finite step.
+  kLeftOut,
 };
 
 // What the registry remembers of an output of an op judged `verdict`, by
@@ -275,6 +280,11 @@ StorageState StorageStateAfter(Verdict verdict, bool nonfinite);
 inline bool IsQuiet(Verdict v) {
   return v == Verdict::kClean || v == Verdict::kMasked || v == Verdict::kMaskConstants ||
          v == Verdict::kDeferred || v == Verdict::kOwnMasked;
+}
+
+// Verdicts of an op whose outputs were all finite.
+inline bool ReturnsFinite(Verdict v) {
+  return v == Verdict::kClean || v == Verdict::kWarned || v == Verdict::kMaskConstants;
 }
 
 class Monitor {

@@ -110,6 +110,14 @@ const Singularity kSingularities[] = {
      "batch of one that comes once an epoch is a DataLoader's last, the rest "
      "of the dataset: DataLoader(..., drop_last=True)",
      {}, nullptr, /*only_nan=*/true},
+    {{"aten::logdet", "aten::linalg_slogdet", "aten::_linalg_slogdet", "aten::slogdet"},
+     "torch.logdet is NaN for a matrix whose determinant is negative (a random rotation's "
+     "is -1 half the time) and -inf for a singular one, as torch.linalg.slogdet's log |det| "
+     "is",
+     "take log |det| with torch.linalg.slogdet(W).logabsdet, finite for either sign (a "
+     "flow's change of variables needs |det|), and keep W invertible: learn it as P L U "
+     "with the log of U's diagonal, as Glow's invertible 1x1 convolution does",
+     {"aten::logdet", "aten::linalg_slogdet", "aten::_linalg_slogdet", "aten::slogdet"}},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
      "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))",

@@ -931,9 +931,10 @@ void SettleDeferred(ThreadState& ts, int index) {
       TensorFacts facts;
       if (CheckTensor(t, monitor.limits(), facts)) nonfinite |= AnyNonFinite(facts.counts);
     }
-    const Settled settled = !nonfinite                           ? Settled::kOverwritten
-                            : frame.judged && frame.verdict == Verdict::kMasked
-                                ? Settled::kMask
+    const Settled settled = !nonfinite     ? Settled::kOverwritten
+                            : !frame.judged ? Settled::kStands
+                            : frame.verdict == Verdict::kMasked ? Settled::kMask
+                            : ReturnsFinite(frame.verdict)      ? Settled::kLeftOut
                                                                 : Settled::kStands;
     monitor.SettleDeferral(d.deferral, settled);
     if (settled == Settled::kOverwritten) {

@@ -358,6 +358,31 @@ def test_ops_that_torch_keeps_finite_at_edge_values_make_no_finding(out):
     assert_no_finding(view_json(out), "Healthy")  # a first origin's line names its case
 
 
+def test_a_logdet_of_a_negative_determinant_is_named_and_its_own_left_out_nan_is_no_step(out):
+    # Glow's 1x1 convolution started as a rotation of det -1: torch.logdet
+    # is NaN. It was an origin with no cause and no fix but "look at the
+    # inputs". And where det was +1, the NaN that torch.logdet places on
+    # every call (for a negative determinant, then left out by its
+    # torch.where) marked every step "!" under "every checked output was
+    # finite".
+    script = SCRIPTS / "invertible_conv_flow.py"
+    r = preload_run([PYTHON, script, "logdet"], out)
+    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["phase"], first["step"], first["nan"]) == (
+        "aten::logdet", "forward", 0, 1), first
+    assert "invertible_conv_flow.py:35" in first["source"], first
+    evidence = " ".join(d["evidence"])
+    assert "torch.logdet is NaN for a matrix whose determinant is negative" in evidence, d
+    assert d["fixes"][0].startswith("take log |det| with torch.linalg.slogdet(W).logabsdet"), d
+    for fixed in ("slogdet", "logdet-positive"):
+        plain_and_monitored([PYTHON, script, fixed], out.parent / fixed)
+        j = view_json(out.parent / fixed)
+        assert_no_finding(j, "Healthy: no non-finite values")
+        assert j["nonfinite_steps"] == [] and j["steps"] == 4, (fixed, j["nonfinite_steps"])
+
+
 def test_values_that_grew_within_the_first_forward_pass_need_no_lower_learning_rate(out):
     # Sinkhorn's scaling vectors pass 1e30 within step 0's forward pass and
     # its backward overflows fp32. It said "clip gradients ... or a lower

@@ -1614,8 +1614,8 @@ TEST_F(TracedMonitorTest, GpuResultsOfUndoneStepsCountInTheStepTheyJoined) {
 
 // A nested op whose non-finite outputs only its enclosing op can explain
 // (an input it overwrote unchecked) is recorded by how they turned out
-// when that op ends: a mask it carried, garbage it overwrote, or
-// propagation that stands. Without a place to defer to (the GPU path), it
+// when that op ends: a mask it carried, garbage it overwrote, values it
+// left out of its finite outputs, or propagation that stands. Without a place to defer to (the GPU path), it
 // is propagation at once.
 TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) {
   Monitor& m = *monitor_;
@@ -1647,6 +1647,13 @@ TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) 
   std::optional<Deferral> garbage;
   EXPECT_EQ(nested("aten::_to_copy", Fp16(/*posinf=*/1), &garbage), Verdict::kDeferred);
   m.SettleDeferral(*garbage, Settled::kOverwritten);
+  // torch.logdet's NaN for a negative determinant, which its torch.where
+  // left out: logdet returned finite values.
+  TensorFacts nan = Fp16(0);
+  nan.counts.nan = 1;
+  std::optional<Deferral> left_out;
+  EXPECT_EQ(nested("aten::scalar_tensor", nan, &left_out), Verdict::kDeferred);
+  m.SettleDeferral(*left_out, Settled::kLeftOut);
   EXPECT_EQ(m.findings(), 0);
   m.OnOptimizerStepBegin();
   m.OnOptimizerStepEnd();
@@ -1667,19 +1674,23 @@ TEST_F(TracedMonitorTest, DeferredOpsAreRecordedByWhatTheEnclosingOpMadeOfThem) 
   auto t = CloseAndRead();
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_EQ(t->steps.size(), 2u);
-  EXPECT_EQ(t->steps[0].nonfinite_ops, 0) << "a mask and garbage: no non-finite step";
-  EXPECT_EQ(t->steps[0].ops, 1) << "garbage is no op's values";
+  EXPECT_EQ(t->steps[0].nonfinite_ops, 0)
+      << "a mask, garbage and what the enclosing op left out: no non-finite step";
+  EXPECT_EQ(t->steps[0].ops, 2) << "garbage is no op's values";
   EXPECT_EQ(t->steps[1].nonfinite_ops, 2);
   ASSERT_EQ(t->findings.size(), 2u);
   EXPECT_EQ(t->findings[0].kind, "propagated");
   EXPECT_EQ(t->findings[0].step, 1);
   EXPECT_EQ(t->findings[0].posinf, 3);
   EXPECT_EQ(t->findings[1].step, 1);
-  ASSERT_EQ(t->op_steps.size(), 2u);
+  ASSERT_EQ(t->op_steps.size(), 3u);
   EXPECT_EQ(t->op_steps[0].op, "aten::addmm_");
   EXPECT_EQ(t->op_steps[0].nonfinite, 2) << "a mask's -inf counted as masks are";
   EXPECT_TRUE(t->op_steps[0].mask);
-  EXPECT_FALSE(t->op_steps[1].mask);
+  EXPECT_EQ(t->op_steps[1].op, "aten::scalar_tensor");
+  EXPECT_TRUE(t->op_steps[1].mask) << "counted apart, as torch's own masked NaN are";
+  EXPECT_EQ(t->op_steps[2].op, "aten::addmm_");
+  EXPECT_FALSE(t->op_steps[2].mask);
 }
 
 // Values no op made, given to an op inside another, are the enclosing
