@@ -148,6 +148,38 @@ Diagnosis CompiledRegionMade(const FindingRow& f) {
 
 Diagnosis DiagnoseRun(const RunSummary& s);
 
+// Only carried inf/NaN (propagated findings), none that a checked op made
+// of finite inputs or read from the data: a constant torch's own kernel
+// handed to an op inside it, or memory no check saw written. Not "every
+// checked output was finite"; healthy only if every step dropped them.
+Diagnosis CarriedOnly(const RunSummary& s, const FindingRow& f) {
+  Diagnosis d;
+  d.op = f.op;
+  const size_t n = s.nonfinite_steps.size();
+  const std::string steps = absl::StrCat(n, n == 1 ? " step" : " steps");
+  if (AllDroppedWithinSteps(s)) {
+    d.kind = "healthy";
+    d.title = absl::StrCat("Healthy: inf/NaN in ", steps,
+                           ", dropped before any weight; no checked op made them");
+  } else {
+    d.kind = "unknown_origin";
+    d.title = absl::StrCat("Non-finite values that no checked op made, in ", steps);
+  }
+  d.evidence.push_back(absl::StrCat(
+      "first seen at step ", f.step, ": ", OpWithinTop(f), " (", f.phase, ") was given them",
+      f.source.empty() ? "" : ", at " + f.source));
+  if (!f.inputs.empty()) d.evidence.push_back("its inputs: " + f.inputs);
+  d.evidence.push_back(
+      "no checked op made them of finite values, and no input held them before an op read "
+      "it: torch handed them to an op inside another (a constant of its kernel), or memory no "
+      "check saw written held them");
+  d.fixes.push_back(absl::StrCat(
+      d.kind == "healthy" ? "nothing harms training; to see where they come from: " : "",
+      "NANHUNT_ON_NONFINITE=raise with NANHUNT_SNAPSHOT_DIR stops at the first and saves the "
+      "inputs of the op that was given them"));
+  return d;
+}
+
 // Sample mode checks a share of op calls: inf/NaN handed to a checked op
 // that no checked op made were as likely made by one it did not check (in
 // the backward pass, in an update) as by the data. When an escalation
@@ -565,6 +597,11 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
                               "goes down to 1e-38");
       return d;
     }
+  }
+  // Sample mode sees carried values whose maker went unchecked.
+  if (!s.first_origin && s.first_propagated && settling < 0) {
+    return s.op_sampling.empty() ? CarriedOnly(s, *s.first_propagated)
+                                 : UncheckedMaker(s, *s.first_propagated);
   }
   Diagnosis d;
   d.kind = "healthy";

@@ -326,6 +326,9 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
       if (f.kind == "received" && (!s.first_received || Before(f, *s.first_received))) {
         s.first_received = f;
       }
+      if (f.kind == "propagated" && (!s.first_propagated || Before(f, *s.first_propagated))) {
+        s.first_propagated = f;
+      }
       if (BeganHere(f) && (!s.first_given_up || Before(f, *s.first_given_up)) &&
           std::find(t.given_up_steps.begin(), t.given_up_steps.end(), f.step) !=
               t.given_up_steps.end()) {

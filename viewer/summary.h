@@ -56,6 +56,9 @@ struct RunSummary {
   };
   std::vector<RankFirst> ranks;
   std::optional<FindingRow> first_received;
+  // The first propagated finding: where inf/NaN were seen first when no
+  // finding says where they began.
+  std::optional<FindingRow> first_propagated;
   // The first origin or input finding in an iteration the program gave up
   // (given_up_steps): what cost it that iteration.
   std::optional<FindingRow> first_given_up;

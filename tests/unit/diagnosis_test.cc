@@ -249,6 +249,50 @@ TEST(Diagnosis, InfNanNoCheckedOpMadeInSampleModeNeedNotBeTheData) {
             d.evidence.end());
 }
 
+// Only carried inf/NaN, none a checked op made or an input held first (a
+// constant torch's kernel handed to an op inside another): "every checked
+// output was finite" was untrue. Healthy only if each step dropped them;
+// in sample mode, an unchecked op made them.
+TEST(Diagnosis, CarriedValuesWithoutAnOriginAreNeverEveryOutputFinite) {
+  RunSummary s;
+  s.steps = 4;
+  FindingRow carried;
+  carried.kind = "propagated";
+  carried.op = "aten::where";
+  carried.top_op = "aten::logdet";
+  carried.phase = "forward";
+  carried.step = 1;
+  carried.source = "flow.py:9 in <module>";
+  carried.inputs = "#0 Bool[] (not checked); #1 scalar max|x|=0 nan=1";
+  s.first_propagated = carried;
+  s.propagated = 3;
+  s.nonfinite_steps = {1, 2, 3};
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "healthy");
+  EXPECT_EQ(d.title, "Healthy: inf/NaN in 3 steps, dropped before any weight; no checked op made "
+                     "them");
+  ASSERT_GE(d.evidence.size(), 3u);
+  EXPECT_EQ(d.evidence[0],
+            "first seen at step 1: aten::where in aten::logdet (forward) was given them, at "
+            "flow.py:9 in <module>");
+  EXPECT_EQ(d.evidence[1], "its inputs: " + carried.inputs);
+  for (const std::string& e : d.evidence) {
+    EXPECT_EQ(e.find("every checked output"), std::string::npos) << e;
+  }
+  s.nonfinite_steps_kept = {3};
+  d = Diagnose(s);
+  EXPECT_EQ(d.kind, "unknown_origin");
+  EXPECT_EQ(d.title, "Non-finite values that no checked op made, in 3 steps");
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_EQ(d.fixes[0].rfind("NANHUNT_ON_NONFINITE=raise", 0), 0u) << d.fixes[0];
+  s.op_sampling = "torch";
+  EXPECT_EQ(Diagnose(s).kind, "unchecked_maker");
+  // With an origin, the origin is the diagnosis.
+  s.op_sampling.clear();
+  s.first_origin = BackwardOrigin(1);
+  EXPECT_EQ(Diagnose(s).kind, "backward_overflow");
+}
+
 TEST(Diagnosis, AStepTheRunStoppedInBeforeTheScalerDecidedIsNoOverflow) {
   // GradScaler skipped steps 0-2; the run was stopped after step 29's
   // backward pass overflowed, before its scaler update.
