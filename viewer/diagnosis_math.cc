@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/check_limits.h"
 #include "viewer/diagnosis_growth.h"
@@ -288,6 +289,21 @@ bool XLogXAtZero(const RunSummary& s, const FindingRow& f) {
   return absl::StrContains(next.inputs, absl::string_view(f.inputs).substr(space));
 }
 
+// Whether `f` is 0 / 0 of two single numbers: a division of a one-value
+// tensor of 0 by another one-value tensor (its count, unchecked when an
+// integer), NaN: a mean by hand, sum / count, over nothing.
+bool MeanOverNothing(const FindingRow& f) {
+  const absl::string_view op = absl::StripSuffix(f.op, "_");
+  if (f.phase != "forward" || (op != "aten::div" && op != "aten::true_divide") ||
+      f.elements != 1 || f.nan != 1) {
+    return false;
+  }
+  const std::vector<absl::string_view> inputs = absl::StrSplit(f.inputs, "; ");
+  return inputs.size() == 2 && absl::StartsWith(inputs[0], "#0 ") &&
+         absl::EndsWith(inputs[0], "[] max|x|=0") && absl::StartsWith(inputs[1], "#1 ") &&
+         absl::StrContains(inputs[1], "[] ");
+}
+
 // Whether `f`, a forward origin that made NaN alone (an argument outside
 // the function's domain), had a NaN gradient: the derivative there is NaN
 // too, whatever gradient came in.
@@ -536,6 +552,16 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
     d.evidence.push_back(SteepPointCause(*steep, f));
     d.fixes.push_back(steep->fix);
   }
+  const bool mean_over_nothing = MeanOverNothing(f);
+  if (mean_over_nothing) {
+    d.evidence.push_back(
+        "it divided 0 by 0, two single numbers: a mean taken by hand, sum / count, over a "
+        "step with nothing to count ((loss * mask).sum() / mask.sum() where the mask selected "
+        "nothing: a batch of padding only, a class absent from the batch)");
+    d.fixes.push_back(
+        "divide by the count clamped at 1, (loss * mask).sum() / mask.sum().clamp_min(1), "
+        "which is 0 for a step with nothing to average; or skip the loss of such a step");
+  }
   // Finite inputs so large that their square is past fp32's range: values
   // that exploded before this op, which only squared or multiplied them.
   const std::optional<double> largest = LargestFiniteInput(f);
@@ -582,7 +608,9 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
     }
   }
   // The program kept its denominator off 0 already, with an eps too small.
-  if (singular != nullptr && eps == nullptr) d.fixes.push_back(singular->fix);
+  if (singular != nullptr && eps == nullptr && !mean_over_nothing) {
+    d.fixes.push_back(singular->fix);
+  }
   if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {
     d.fixes.push_back(exp_fix);
   }

@@ -358,6 +358,18 @@ def test_ops_that_torch_keeps_finite_at_edge_values_make_no_finding(out):
     assert_no_finding(view_json(out), "Healthy")  # a first origin's line names its case
 
 
+def nan_origin_diagnosis(out, op, step, line):
+    """The view of `out` names forward op `op` at `step` and `line` as the
+    first origin, of one NaN. Returns its diagnosis and its evidence as
+    one string."""
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["phase"], first["step"], first["nan"]) == (
+        op, "forward", step, 1), first
+    assert line in first["source"], first
+    return d, " ".join(d["evidence"])
+
+
 def test_a_logdet_of_a_negative_determinant_is_named_and_its_own_left_out_nan_is_no_step(out):
     # Glow's 1x1 convolution started as a rotation of det -1: torch.logdet
     # is NaN. It was an origin with no cause and no fix but "look at the
@@ -368,12 +380,7 @@ def test_a_logdet_of_a_negative_determinant_is_named_and_its_own_left_out_nan_is
     script = SCRIPTS / "invertible_conv_flow.py"
     r = preload_run([PYTHON, script, "logdet"], out)
     assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
-    j = view_json(out)
-    first, d = j["first_origin"], j["diagnosis"]
-    assert (first["op"], first["phase"], first["step"], first["nan"]) == (
-        "aten::logdet", "forward", 0, 1), first
-    assert "invertible_conv_flow.py:35" in first["source"], first
-    evidence = " ".join(d["evidence"])
+    d, evidence = nan_origin_diagnosis(out, "aten::logdet", 0, "invertible_conv_flow.py:35")
     assert "torch.logdet is NaN for a matrix whose determinant is negative" in evidence, d
     assert d["fixes"][0].startswith("take log |det| with torch.linalg.slogdet(W).logabsdet"), d
     for fixed in ("slogdet", "logdet-positive"):
@@ -381,6 +388,26 @@ def test_a_logdet_of_a_negative_determinant_is_named_and_its_own_left_out_nan_is
         j = view_json(out.parent / fixed)
         assert_no_finding(j, "Healthy: no non-finite values")
         assert j["nonfinite_steps"] == [] and j["steps"] == 4, (fixed, j["nonfinite_steps"])
+
+
+@pytest.mark.parametrize("mask", ["float", "bool"])
+def test_a_mean_by_hand_over_a_mask_that_selected_nothing_is_named_with_its_count_clamped(
+        mask, out):
+    # (nll * mask).sum() / mask.sum() over a batch of empty sequences: 0 / 0.
+    # It said "keep the denominator away from 0 (x / (d + eps) ... a
+    # normalisation by hand ... is F.normalize", to a masked mean.
+    script = SCRIPTS / "padding_only_batch.py"
+    r = preload_run([PYTHON, script, mask], out)
+    assert r.returncode == 0 and "step 2 loss nan weights finite False" in r.stdout, r.stdout
+    d, evidence = nan_origin_diagnosis(out, "aten::div", 2, "padding_only_batch.py:31")
+    assert "it divided 0 by 0, two single numbers: a mean taken by hand, sum / count" in \
+        evidence, d
+    assert d["fixes"][0].startswith(
+        "divide by the count clamped at 1, (loss * mask).sum() / mask.sum().clamp_min(1)"), d
+    assert not any("F.normalize" in f for f in d["fixes"]), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, script, "clamped"], out.parent / "fixed")
+    assert "step 2 loss 0.0000 weights finite True" in monitored.stdout, monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
 def test_values_that_grew_within_the_first_forward_pass_need_no_lower_learning_rate(out):

@@ -435,6 +435,31 @@ RunSummary NanLossRun(int64_t steps, const char* op, const char* top_op, int64_t
   return s;
 }
 
+// sum / count by hand over a mask that selected nothing: 0 / 0 of two
+// single numbers (the count an integer, unchecked). Not "keep the
+// denominator away from 0 ... F.normalize".
+TEST(Diagnosis, ZeroByZeroOfTwoSingleNumbersIsAMeanOverNothing) {
+  for (const char* count : {"#1 float32[] max|x|=0", "#1 Long[] (not checked)"}) {
+    const std::string inputs = absl::StrCat("#0 float32[] max|x|=0; ", count);
+    RunSummary s = NanLossRun(4, "aten::div", "", 1, 1, inputs.c_str(), {2, 3});
+    const Diagnosis d = Diagnose(s);
+    EXPECT_EQ(d.kind, "invalid_math");
+    EXPECT_TRUE(AnyStartsWith(d.evidence, "it divided 0 by 0, two single numbers"))
+        << ::testing::PrintToString(d.evidence);
+    ASSERT_FALSE(d.fixes.empty());
+    EXPECT_TRUE(absl::StartsWith(d.fixes[0], "divide by the count clamped at 1")) << d.fixes[0];
+    EXPECT_FALSE(AnyStartsWith(d.fixes, "keep the denominator away from 0"));
+  }
+  // A tensor's 0 / 0, or a single number's 1 / 0: a division by 0 as such.
+  for (const char* inputs : {"#0 float32[4] max|x|=0; #1 float32[4] max|x|=0",
+                             "#0 float32[] max|x|=1; #1 float32[] max|x|=0"}) {
+    RunSummary s = NanLossRun(4, "aten::div", "", 1, 1, inputs, {2, 3});
+    const Diagnosis d = Diagnose(s);
+    EXPECT_FALSE(AnyStartsWith(d.evidence, "it divided 0 by 0")) << inputs;
+    EXPECT_TRUE(AnyStartsWith(d.fixes, "keep the denominator away from 0")) << inputs;
+  }
+}
+
 // -(p * p.log()) where p is 0: the mul made NaN of each -inf the log made,
 // with p itself for its other input. No torch.where was involved.
 TEST(Diagnosis, XLogXAtZeroIsComputedFromTheLogitsNotADoubleWhere) {
