@@ -265,28 +265,37 @@ bool MaskedOutputsGradientIsNan(const RunSummary& s, const FindingRow& f) {
          s.first_origin_gradient->neginf == 0;
 }
 
-// Whether forward origin `f` is the log of x * log(x) at x = 0 (an
-// entropy's or a KL divergence's term): a log that made -inf, whose next
-// op is a mul of it and of the very tensor the log read (described the
-// same: dtype, shape and counts) that made NaN of each -inf.
-bool XLogXAtZero(const RunSummary& s, const FindingRow& f) {
+// The mul of x * log(x) at x = 0 (an entropy's term), or of x * (log(x) -
+// y) (a KL divergence's), when forward origin `f` is that log: a log that
+// made -inf, whose next op is a mul of it and of the very tensor the log
+// read (described the same: dtype, shape and counts) that made NaN of each
+// -inf, or whose next op is a sub or add that kept each -inf infinite and
+// then such a mul. Null otherwise.
+const FindingRow* XLogXAtZero(const RunSummary& s, const FindingRow& f) {
   const absl::string_view op = absl::StripSuffix(f.op, "_");
-  if (f.phase != "forward" || f.neginf == 0 || !s.first_origin_consumer ||
+  if (f.phase != "forward" || f.neginf == 0 || s.first_origin_consumers.empty() ||
       (op != "aten::log" && op != "aten::log2" && op != "aten::log10")) {
-    return false;
+    return nullptr;
+  }
+  const FindingRow* next = &s.first_origin_consumers[0];
+  const absl::string_view next_op = absl::StripSuffix(next->op, "_");
+  if ((next_op == "aten::sub" || next_op == "aten::add" || next_op == "aten::rsub") &&
+      next->nan == 0 && next->posinf + next->neginf == f.neginf &&
+      s.first_origin_consumers.size() > 1) {
+    next = &s.first_origin_consumers[1];
   }
   // Every -inf became NaN, and nothing else did: each was multiplied by
   // 0, as x is where log(x) is -inf. (A BCE by hand, (1 - y) * log(1 - p),
   // keeps the -inf where y is 0.)
-  const FindingRow& next = *s.first_origin_consumer;
-  if (absl::StripSuffix(next.op, "_") != "aten::mul" || next.nan != f.neginf ||
-      next.posinf != 0 || next.neginf != 0) {
-    return false;
+  if (absl::StripSuffix(next->op, "_") != "aten::mul" || next->nan != f.neginf ||
+      next->posinf != 0 || next->neginf != 0) {
+    return nullptr;
   }
   // "#0 float32[32, 6] max|x|=1": the log's one input, without its index.
   const size_t space = f.inputs.find(' ');
-  if (space == std::string::npos || f.inputs.find(';') != std::string::npos) return false;
-  return absl::StrContains(next.inputs, absl::string_view(f.inputs).substr(space));
+  if (space == std::string::npos || f.inputs.find(';') != std::string::npos) return nullptr;
+  return absl::StrContains(next->inputs, absl::string_view(f.inputs).substr(space)) ? next
+                                                                                     : nullptr;
 }
 
 // Whether `f` is 0 / 0 of two single numbers: a division of a one-value
@@ -511,21 +520,35 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
         " (F.normalize(x, eps=", holds, "), x / (d + ", holds, ")); or train under "
         "torch.autocast, whose weights stay fp32 and whose norms run in fp32"));
   }
-  if (XLogXAtZero(s, f)) {
+  if (const FindingRow* mul = XLogXAtZero(s, f)) {
     // No mask: the mul's gradient into the log is x, 0 there, and the
     // log's backward divides it by x.
-    const FindingRow& next = *s.first_origin_consumer;
-    d.evidence.push_back(absl::StrCat(
-        "the next op, ", next.op, ", multiplied it by the log's own argument: x * log(x) (an "
-        "entropy's or a KL divergence's term) is 0 x -inf = NaN where x is 0 (", next.dtype,
-        " NaN=", next.nan, " of ", next.elements, "). Its limit at 0 is 0, but neither it "
-        "nor its gradient, which divides 0 by x, is finite there"));
-    d.fixes.push_back(
-        "compute it from the logits, in log space: logp = F.log_softmax(logits, dim=-1); "
-        "entropy = -(logp.exp() * logp).sum(-1), as torch.distributions.Categorical("
-        "logits=logits).entropy() does (a KL divergence: F.kl_div(logq, logp, "
-        "log_target=True)); torch.special.entr and xlogy are 0 at 0, but their gradients "
-        "there are NaN still");
+    const bool divergence = mul != &s.first_origin_consumers[0];
+    const std::string what = absl::StrCat(
+        divergence ? absl::StrCat("the next ops, ", s.first_origin_consumers[0].op, " then ",
+                                  mul->op, ", multiplied it")
+                   : absl::StrCat("the next op, ", mul->op, ", multiplied it"),
+        " by the log's own argument: ",
+        divergence ? "x * (log(x) - y) (a KL divergence's term)"
+                   : "x * log(x) (an entropy's or a KL divergence's term)",
+        " is 0 x -inf = NaN where x is 0 (", mul->dtype, " NaN=", mul->nan, " of ",
+        mul->elements, "). Its limit at 0 is 0, but ",
+        divergence ? "computed so it is NaN there"
+                   : "neither it nor its gradient, which divides 0 by x, is finite there");
+    d.evidence.push_back(what);
+    if (divergence) {
+      d.fixes.push_back(
+          "compute it with F.kl_div(logq, p, reduction=\"batchmean\") (logq the model's "
+          "F.log_softmax), which is 0 where p is 0, or from p's logits in log space: "
+          "F.kl_div(logq, F.log_softmax(p_logits, dim=-1), log_target=True)");
+    } else {
+      d.fixes.push_back(
+          "compute it from the logits, in log space: logp = F.log_softmax(logits, dim=-1); "
+          "entropy = -(logp.exp() * logp).sum(-1), as torch.distributions.Categorical("
+          "logits=logits).entropy() does (a KL divergence: F.kl_div(logq, logp, "
+          "log_target=True)); torch.special.entr and xlogy are 0 at 0, but their gradients "
+          "there are NaN still");
+    }
   } else if (MaskedOutputsGradientIsNan(s, f)) {
     const FindingRow& g = *s.first_origin_gradient;
     d.evidence.push_back(absl::StrCat(

@@ -70,15 +70,19 @@ void ForEachBesideForwardOrigin(const std::vector<Trace>& traces, const RunSumma
   }
 }
 
-// RunSummary::first_origin_consumer.
-void FillFirstOriginConsumer(const std::vector<Trace>& traces, RunSummary& s) {
+// RunSummary::first_origin_consumers.
+void FillFirstOriginConsumers(const std::vector<Trace>& traces, RunSummary& s) {
+  std::vector<FindingRow>& next = s.first_origin_consumers;
   ForEachBesideForwardOrigin(traces, s, [&](const FindingRow& first, const FindingRow& f) {
     if (f.kind == "propagated" && f.phase == "forward" && f.step == first.step &&
-        f.thread == first.thread && f.call_index > first.call_index &&
-        (!s.first_origin_consumer || f.call_index < s.first_origin_consumer->call_index)) {
-      s.first_origin_consumer = f;
+        f.thread == first.thread && f.call_index > first.call_index) {
+      next.push_back(f);
     }
   });
+  std::sort(next.begin(), next.end(), [](const FindingRow& a, const FindingRow& b) {
+    return a.call_index < b.call_index;
+  });
+  if (next.size() > 2) next.resize(2);
 }
 
 // RunSummary::first_origin_phase_steps.
@@ -522,7 +526,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   FillLaterForwardLines(traces, s);
   FillFirstOriginGradient(traces, s);
   FillFirstOriginPhaseSteps(traces, s);
-  FillFirstOriginConsumer(traces, s);
+  FillFirstOriginConsumers(traces, s);
   return s;
 }
 

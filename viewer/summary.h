@@ -34,10 +34,11 @@ struct RunSummary {
   // the first origin's op (LogBackward's 0/0 after a torch.where kept
   // log(0)'s -inf out of the loss).
   std::optional<FindingRow> first_origin_gradient;
-  // A forward first origin's next op: the first propagated finding after
-  // it in its step and thread, the op that computed with its inf/NaN
-  // first (the mul of p * log(p), which turns log(0)'s -inf into NaN).
-  std::optional<FindingRow> first_origin_consumer;
+  // A forward first origin's next ops: the first two propagated findings
+  // after it in its step and thread, in call order, the ops that computed
+  // with its inf/NaN first (the mul of p * log(p), which turns log(0)'s
+  // -inf into NaN; the sub, then the mul, of p * (log(p) - log(q))).
+  std::vector<FindingRow> first_origin_consumers;
   // A backward first origin whose forward op's line was not captured (the
   // monitor captures it from the finding on): the lines later findings of
   // the same backward op and forward op had, at most three, and the step

@@ -65,6 +65,27 @@ def test_a_focal_losss_fractional_power_at_zero_is_its_derivative(out):
     assert "(1 - p).clamp_min(eps) ** gamma" in d["fixes"][0], d["fixes"]
 
 
+def test_a_kl_divergence_by_hand_is_x_log_x_at_zero_and_computed_with_kl_div(out):
+    # p * (p.log() - logq) over a confident fp16 teacher's probabilities of
+    # exactly 0. It said "clamp the argument away from 0, or stay in log
+    # space: F.logsigmoid, ...", not what the term is nor F.kl_div.
+    script = SCRIPTS / "distillation_kl_by_hand.py"
+    r = preload_run([PYTHON, script, "by-hand"], out)
+    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["step"], first["neginf"]) == ("aten::log", 0, 1526), first
+    assert "distillation_kl_by_hand.py:29" in first["source"], first
+    evidence = " ".join(d["evidence"])
+    assert ("the next ops, aten::sub then aten::mul, multiplied it by the log's own argument: "
+            "x * (log(x) - y) (a KL divergence's term) is 0 x -inf = NaN where x is 0 (float32 "
+            "NaN=1526 of 1600)") in evidence, d
+    assert d["fixes"][0].startswith('compute it with F.kl_div(logq, p, reduction="batchmean")')
+    monitored, _ = plain_and_monitored([PYTHON, script, "kl_div"], out.parent / "fixed")
+    assert "nan" not in monitored.stdout, monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_a_bce_by_hand_in_fp16_is_a_probability_rounded_to_1(out):
     first, d, evidence = diagnosed(out, "bce", 0)
     assert (first["op"], first["dtype"], first["step"]) == ("aten::log", "float16", 0), first

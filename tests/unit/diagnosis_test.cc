@@ -470,19 +470,34 @@ TEST(Diagnosis, XLogXAtZeroIsComputedFromTheLogitsNotADoubleWhere) {
   mul.kind = "propagated";
   mul.nan = 24;
   mul.inputs = "#0 float32[32, 6] max|x|=1; #1 float32[32, 6] max|x|=inf -inf=24";
-  s.first_origin_consumer = mul;
+  s.first_origin_consumers = {mul};
   ExpectInvalidMath(s, "the next op, aten::mul, multiplied it by the log's own argument",
                     "compute it from the logits, in log space");
 
   // A BCE by hand, (1 - y) * log(1 - p): where y is 0 the -inf stays.
-  s.first_origin_consumer->nan = 10;
-  s.first_origin_consumer->neginf = 14;
+  s.first_origin_consumers[0].nan = 10;
+  s.first_origin_consumers[0].neginf = 14;
   Diagnosis d = Diagnose(s);
   EXPECT_FALSE(AnyStartsWith(d.evidence, "the next op")) << ::testing::PrintToString(d.evidence);
   // Another tensor than the log's argument: no x * log(x).
-  s.first_origin_consumer->nan = 24;
-  s.first_origin_consumer->neginf = 0;
-  s.first_origin_consumer->inputs = "#0 float32[32, 6] max|x|=0.5; #1 float32[32, 6] -inf=24";
+  s.first_origin_consumers[0].nan = 24;
+  s.first_origin_consumers[0].neginf = 0;
+  s.first_origin_consumers[0].inputs = "#0 float32[32, 6] max|x|=0.5; #1 float32[32, 6] -inf=24";
+  d = Diagnose(s);
+  EXPECT_FALSE(AnyStartsWith(d.evidence, "the next op")) << ::testing::PrintToString(d.evidence);
+  // A KL divergence by hand, p * (p.log() - logq): a sub keeps each -inf
+  // before the mul makes it NaN.
+  FindingRow sub = mul;
+  sub.op = "aten::sub";
+  sub.nan = 0;
+  sub.neginf = 24;
+  s.first_origin_consumers = {sub, mul};
+  ExpectInvalidMath(s, "the next ops, aten::sub then aten::mul, multiplied it by the log's own "
+                       "argument: x * (log(x) - y) (a KL divergence's term)",
+                    "compute it with F.kl_div(logq, p, reduction=\"batchmean\")");
+  // A sub that made NaN of them (log(x) - log(x)) is no such step.
+  s.first_origin_consumers[0].nan = 24;
+  s.first_origin_consumers[0].neginf = 0;
   d = Diagnose(s);
   EXPECT_FALSE(AnyStartsWith(d.evidence, "the next op")) << ::testing::PrintToString(d.evidence);
 }
