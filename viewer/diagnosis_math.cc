@@ -119,6 +119,26 @@ const Singularity kSingularities[] = {
      "flow's change of variables needs |det|), and keep W invertible: learn it as P L U "
      "with the log of U's diagonal, as Glow's invertible 1x1 convolution does",
      {"aten::logdet", "aten::linalg_slogdet", "aten::_linalg_slogdet", "aten::slogdet"}},
+    {{"aten::logit", "aten::special_logit"},
+     "logit(p) = log(p / (1 - p)) is -inf at p = 0 and +inf at p = 1 (a hard label "
+     "among soft ones, a box coordinate on the image's border)",
+     "pass logit an eps, torch.logit(p, eps=1e-6), which clamps p into [eps, 1 - eps] (an "
+     "inverse sigmoid by hand: clamp first, as Deformable DETR's inverse_sigmoid does)",
+     {"aten::logit", "aten::special_logit"}, nullptr, false,
+     /*takes_probabilities=*/true},
+    {{"aten::lgamma", "aten::digamma", "aten::polygamma", "aten::mvlgamma",
+      "aten::special_gammaln", "aten::special_digamma", "aten::special_polygamma",
+      "aten::special_multigammaln"},
+     "lgamma is +inf at 0 and at the negative integers, and digamma infinite there: a "
+     "Gamma, Beta, Dirichlet, Poisson or negative binomial likelihood whose concentration, "
+     "rate or dispersion reached 0",
+     "keep that parameter positive and off 0: F.softplus(x) + 1e-4, or x.exp() of a "
+     "clamped x, instead of a ReLU or a clamp at 0"},
+    {{"aten::erfinv", "aten::special_erfinv", "aten::special_ndtri"},
+     "an inverse CDF is infinite at its ends: erfinv at -1 and 1, ndtri at 0 and 1",
+     "keep its argument inside the open interval: x.clamp(-1 + 1e-6, 1 - 1e-6) before "
+     "erfinv, p.clamp(1e-6, 1 - 1e-6) before ndtri",
+     {}, nullptr, false, /*takes_probabilities=*/true},
     {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
      "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
      "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))",

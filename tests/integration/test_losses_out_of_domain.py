@@ -119,3 +119,31 @@ def test_an_entropy_by_hand_is_x_log_x_at_zero_and_computed_from_the_logits(out)
     assert monitored.stdout.splitlines()[:2] == r.stdout.splitlines()[:2], monitored.stdout
     assert "nan" not in monitored.stdout, monitored.stdout
     assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
+def test_a_logit_of_a_hard_label_is_infinite_and_takes_an_eps(out):
+    # It said only "look at the inputs ... for zeros, negative numbers or
+    # huge values": torch.logit has an eps argument for this.
+    first, d, evidence = diagnosed(out, "logit", 2)
+    assert (first["op"], first["step"], first["posinf"]) == ("aten::logit", 2, 1), first
+    assert "logit(p) = log(p / (1 - p)) is -inf at p = 0 and +inf at p = 1" in evidence, d
+    assert d["fixes"][0].startswith("pass logit an eps, torch.logit(p, eps=1e-6)"), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "logit-eps"], out.parent / "fixed")
+    assert "weights finite False" not in monitored.stdout, monitored.stdout
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
+def test_lgamma_of_a_dispersion_of_zero_is_named_with_a_positive_parametrisation(out):
+    # A negative binomial likelihood by hand whose ReLU dispersion reached
+    # 0: the loss is NaN (the ReLU keeps the weights finite). It said only
+    # "look at the inputs".
+    r = preload_run([PYTHON, SCRIPT, "nb"], out)
+    assert r.returncode == 0 and "step 2 loss nan" in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["phase"], first["step"], first["posinf"]) == (
+        "aten::lgamma", "forward", 2, 2), first
+    assert "lgamma is +inf at 0 and at the negative integers" in " ".join(d["evidence"]), d
+    assert d["fixes"][0].startswith("keep that parameter positive and off 0: F.softplus(x)"), d
+    plain_and_monitored([PYTHON, SCRIPT, "nb-softplus"], out.parent / "fixed")
+    assert view_json(out.parent / "fixed")["first_origin"] is None

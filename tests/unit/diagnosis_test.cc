@@ -685,6 +685,17 @@ TEST(Diagnosis, AnFp16LogOfAProbabilityRoundedToOneSaysSo) {
   EXPECT_FALSE(AnyStartsWith(d.evidence, "in float32")) << ::testing::PrintToString(d.evidence);
 }
 
+// An inverse CDF at its ends (a probit of p = 1, erfinv of 1): infinite,
+// and the fix is a clamp inside the open interval.
+TEST(Diagnosis, AnInverseCdfAtItsEndsIsInfinite) {
+  for (const char* op : {"aten::erfinv", "aten::special_ndtri"}) {
+    RunSummary s = NanLossRun(4, op, "", 64, 0, "#0 float32[64] max|x|=1", {2, 3});
+    s.first_origin->posinf = 1;
+    ExpectInvalidMath(s, "an inverse CDF is infinite at its ends",
+                      "keep its argument inside the open interval");
+  }
+}
+
 // GRPO-style advantages: a group of one sample has a std of NaN; so has
 // a batch standardised by hand at an epoch's last batch of one sample.
 TEST(Diagnosis, AStdOverOneValueIsBesselsCorrection) {

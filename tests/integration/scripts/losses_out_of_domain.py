@@ -17,6 +17,14 @@ focal    a focal loss with gamma = 0.5: at step 2 the model is certain,
          p = 1, and (1 - p) ** 0.5 has an infinite derivative at 0
 bce      binary cross-entropy by hand on a .half() model: sigmoid rounds
          to 1 in fp16 from a logit of 8.3, and log(1 - p) is -inf
+logit    a student regressing a teacher's logits, torch.logit of its soft
+         labels: at step 2 a hard label (exactly 1) is among them, whose
+         logit is +inf (the fix, torch.logit(p, eps=1e-6), is MODE
+         logit-eps)
+nb       a negative binomial likelihood of counts (scVI's), written with
+         torch.lgamma, whose per-gene dispersion is a ReLU: at step 2 one
+         gene's is 0, and lgamma(0) is +inf (the fix, softplus plus a
+         floor, is MODE nb-softplus)
 
 Prints each step's loss and whether the weights are finite."""
 import sys
@@ -103,7 +111,48 @@ def bce_by_hand():
         report(step, loss, model.parameters())
 
 
+def logit_targets(eps):
+    student = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    x = torch.randn(32, 8)
+    for step in range(4):
+        soft = torch.rand(32, 4) * 0.8 + 0.1
+        if step == 2:  # a hard label among the soft ones
+            soft[5, 1] = 1.0
+        loss = F.mse_loss(student(x), torch.logit(soft, eps=1e-6 if eps else None))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step, loss, student.parameters())
+
+
+def negative_binomial(softplus):
+    genes = 6
+    encoder = torch.nn.Linear(genes, genes)
+    raw_dispersion = torch.nn.Parameter(torch.full((genes,), 2.0))
+    params = [*encoder.parameters(), raw_dispersion]
+    opt = torch.optim.SGD(params, lr=1e-3)
+    counts = torch.poisson(torch.full((32, genes), 3.0))
+    for step in range(4):
+        if step == 2:  # as an update can drive it: one gene's below 0
+            with torch.no_grad():
+                raw_dispersion[3] = -0.5
+        mu = F.softplus(encoder(counts.log1p()))
+        theta = F.softplus(raw_dispersion) + 1e-4 if softplus else F.relu(raw_dispersion)
+        log_likelihood = (
+            torch.lgamma(counts + theta) - torch.lgamma(theta) - torch.lgamma(counts + 1)
+            + theta * (torch.log(theta + 1e-8) - torch.log(theta + mu + 1e-8))
+            + counts * (torch.log(mu + 1e-8) - torch.log(theta + mu + 1e-8)))
+        loss = -log_likelihood.sum(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step, loss, params)
+
+
 {"arcface": lambda: arcface(False), "arcface-clamped": lambda: arcface(True),
  "arcface-fp16": lambda: arcface(False, fp16=True),
  "arcface-fp16-clamped": lambda: arcface(True, fp16=True),
- "std": std_of_groups, "focal": focal, "bce": bce_by_hand}[MODE]()
+ "std": std_of_groups, "focal": focal, "bce": bce_by_hand,
+ "logit": lambda: logit_targets(False), "logit-eps": lambda: logit_targets(True),
+ "nb": lambda: negative_binomial(False), "nb-softplus": lambda: negative_binomial(True)}[MODE]()
