@@ -392,6 +392,49 @@ const SteepPoint* SteepPointGradient(const FindingRow& f) {
   return nullptr;
 }
 
+// A decomposition whose backward divides by differences of its values: its
+// vectors' gradient is inf or NaN where two values are equal, however the
+// program computes with them.
+struct RepeatedValuesGradient {
+  std::initializer_list<const char*> forward_ops;
+  const char* cause;
+  const char* fix;
+};
+
+const RepeatedValuesGradient kRepeatedValuesGradients[] = {
+    {{"aten::_linalg_eigh", "aten::linalg_eigh", "aten::linalg_eig", "aten::_linalg_eig"},
+     "the backward of an eigendecomposition (torch.linalg.eigh, eig) divides by the "
+     "differences of its eigenvalues, lambda_j - lambda_i: where two are equal (a repeated "
+     "eigenvalue: two dead or identical features, isotropic features, a symmetric "
+     "configuration) the eigenvectors' gradient is inf or NaN, as torch's documentation warns",
+     "keep gradients away from the eigenvectors of repeated eigenvalues: whiten with a "
+     "Cholesky factor (torch.linalg.cholesky) or Newton-Schulz iterations for the inverse "
+     "square root, whose gradients stay finite; use the eigenvalues alone where they suffice "
+     "(torch.linalg.eigvalsh, whose gradient is finite); or drop the features that repeat "
+     "(dead units)"},
+    {{"aten::_linalg_svd", "aten::linalg_svd", "aten::svd"},
+     "the backward of an SVD (torch.linalg.svd, torch.svd) divides by the differences of "
+     "its squared singular values, sigma_j^2 - sigma_i^2: where two are equal (a repeated "
+     "singular value, two zero ones of a rank-deficient matrix) the singular vectors' "
+     "gradient is inf or NaN, as torch's documentation warns",
+     "take the singular values alone where they suffice (torch.linalg.svdvals, "
+     "torch.linalg.matrix_norm(x, 'nuc') or 2, whose gradients are finite), or keep them "
+     "apart before the SVD (a small distinct jitter on the diagonal), or use power or "
+     "Newton-Schulz iterations for what the vectors were for"},
+};
+
+// The decomposition `f` is the backward of, when it is one of
+// kRepeatedValuesGradients and `f` made inf/NaN. Null otherwise.
+const RepeatedValuesGradient* RepeatedValuesGradientOf(const FindingRow& f) {
+  if (f.phase != "backward" || (f.nan == 0 && f.posinf == 0 && f.neginf == 0)) return nullptr;
+  for (const RepeatedValuesGradient& r : kRepeatedValuesGradients) {
+    for (const char* op : r.forward_ops) {
+      if (f.forward_op == op) return &r;
+    }
+  }
+  return nullptr;
+}
+
 // In the run's first step, before any update, values past 1.8e19 that a
 // backward or update op was given were computed within that step's
 // forward pass: no gradient or learning rate grew them. The step's first
@@ -505,8 +548,11 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
   const SteepPoint* steep = SteepPointGradient(f);
-  // The division is the square root's derivative, not one of the program's.
-  const Singularity* singular = steep != nullptr ? nullptr : SingularityOf(f);
+  const RepeatedValuesGradient* repeated = steep != nullptr ? nullptr : RepeatedValuesGradientOf(f);
+  // The division is the square root's derivative, or the decomposition's
+  // formula, not one of the program's.
+  const Singularity* singular =
+      steep != nullptr || repeated != nullptr ? nullptr : SingularityOf(f);
   const std::string no_overflow = NoOverflowWithoutRecomputation(singular, f);
   if (!recomputed_non_finite && !wide && no_overflow.empty()) return std::nullopt;
   Diagnosis d;
@@ -594,6 +640,10 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   if (steep != nullptr) {
     d.evidence.push_back(SteepPointCause(*steep, f));
     d.fixes.push_back(steep->fix);
+  }
+  if (repeated != nullptr) {
+    d.evidence.push_back(repeated->cause);
+    d.fixes.push_back(repeated->fix);
   }
   const bool mean_over_nothing = MeanOverNothing(f);
   if (mean_over_nothing) {

@@ -410,6 +410,33 @@ def test_a_mean_by_hand_over_a_mask_that_selected_nothing_is_named_with_its_coun
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
+@pytest.mark.parametrize("mode, forward_op, named, fix", [
+    ("eigh", "aten::_linalg_eigh", "the backward of an eigendecomposition", "Cholesky"),
+    ("svd", "aten::_linalg_svd", "the backward of an SVD", "torch.linalg.svdvals")])
+def test_a_decompositions_gradient_at_repeated_values_is_its_formulas_not_a_division(
+        mode, forward_op, named, fix, out):
+    # Whitening through eigh (or svd) of features with two dead units: its
+    # backward divides by eigenvalue differences, 0 for the repeated one.
+    # It said "a division by 0 ... keep the denominator away from 0 ...
+    # F.normalize", to a program with no division.
+    script = SCRIPTS / "zca_whitening.py"
+    r = preload_run([PYTHON, script, mode], out)
+    assert r.returncode == 0 and "step 0 loss" in r.stdout, r.stdout + r.stderr
+    assert "weights finite False" in r.stdout, r.stdout
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["phase"], first["forward_op"], first["step"]) == (
+        "backward", forward_op, 0), first
+    evidence = " ".join(d["evidence"])
+    assert named in evidence and "where two are equal" in evidence, d
+    assert "a division by 0" not in evidence, d
+    assert fix in d["fixes"][0], d["fixes"]
+    assert not any("denominator" in f for f in d["fixes"]), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, script, "cholesky"], out.parent / "fixed")
+    assert "weights finite False" not in monitored.stdout, monitored.stdout
+    assert_no_finding(view_json(out.parent / "fixed"), "Healthy: no non-finite values")
+
+
 def test_values_that_grew_within_the_first_forward_pass_need_no_lower_learning_rate(out):
     # Sinkhorn's scaling vectors pass 1e30 within step 0's forward pass and
     # its backward overflows fp32. It said "clip gradients ... or a lower

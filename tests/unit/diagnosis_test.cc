@@ -696,6 +696,23 @@ TEST(Diagnosis, AnInverseCdfAtItsEndsIsInfinite) {
   }
 }
 
+// eigh's and svd's backward divide by differences of their values: NaN
+// where two repeat is their formula's, not a division of the program's.
+TEST(Diagnosis, ADecompositionsGradientAtRepeatedValuesIsItsFormulas) {
+  RunSummary s = NanLossRun(4, "aten::div_", "", 16, 2, "#0 float32[4, 4] max|x|=1", {0});
+  s.first_origin->phase = "backward";
+  for (const char* forward_op : {"aten::_linalg_eigh", "aten::_linalg_svd"}) {
+    s.first_origin->forward_op = forward_op;
+    const Diagnosis d = Diagnose(s);
+    EXPECT_EQ(d.kind, "invalid_math");
+    EXPECT_TRUE(AnyStartsWith(d.evidence, "the backward of an ")) << forward_op;
+    EXPECT_FALSE(AnyStartsWith(d.evidence, "a division by 0")) << forward_op;
+    EXPECT_FALSE(AnyStartsWith(d.fixes, "keep the denominator away from 0")) << forward_op;
+  }
+  s.first_origin->forward_op = "aten::div";  // the program's own division
+  EXPECT_TRUE(AnyStartsWith(Diagnose(s).fixes, "keep the denominator away from 0"));
+}
+
 // GRPO-style advantages: a group of one sample has a std of NaN; so has
 // a batch standardised by hand at an epoch's last batch of one sample.
 TEST(Diagnosis, AStdOverOneValueIsBesselsCorrection) {
