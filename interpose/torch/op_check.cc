@@ -549,7 +549,7 @@ bool InHostMemory(const at::Tensor& t) {
 
 }  // namespace
 
-void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
+bool CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
   // Floating-point values the check cannot see (CUDA without the GPU path,
   // mkldnn, sparse on a GPU...): counted, so that no report claims "all
   // finite" about values nobody looked at. Meta tensors hold no values to see: they are
@@ -557,7 +557,9 @@ void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner) {
   if (!owner.outputs_are_nested_ops && t.defined() && FormatOfValues(t.scalar_type()) &&
       !WithoutOwnMemory(t) && !InHostMemory(t) && !t.is_meta()) {
     CountUnchecked(owner, UncheckedReason::kUnreadable, t.is_cuda());
+    return true;
   }
+  return false;
 }
 
 bool CheckTensor(const at::Tensor& t, const CheckLimits& limits,
@@ -640,21 +642,23 @@ void NameWrittenNotReturned(const std::vector<c10::IValue>& inputs, const OpTrai
   }
 }
 
-void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,
+bool CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,
                   const CheckLimits& limits, CacheUse cache,
                   uint64_t reuse_after, std::vector<TensorFacts>& facts,
                   std::vector<at::Tensor>& tensors) {
+  bool all_read = true;
   for (const c10::IValue& v : outputs) {
     ForEachTensor(v, [&](const at::Tensor& t) {
       TensorFacts f;
       if (CheckTensor(t, limits, f, cache, reuse_after)) {
         facts.push_back(std::move(f));
         tensors.push_back(t);
-      } else {
-        CountIfUnreadable(t, owner);
+      } else if (CountIfUnreadable(t, owner)) {
+        all_read = false;
       }
     });
   }
+  return all_read;
 }
 
 namespace {

@@ -156,7 +156,8 @@ UncheckedOutputs& UncheckedOps();
 // the GPU path, sparse); tensors without values or memory of their own
 // (meta and fake tensors while torch.compile traces) are not counted. An input is never
 // counted: the op's inputs on a GPU are read from earlier ops' results.
-void CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner);
+// Whether it counted `t`.
+bool CountIfUnreadable(const at::Tensor& t, const OutputOwner& owner);
 
 // True when every floating-point tensor among `inputs` and `outputs` has the
 // same dtype (a copy that converts nothing).
@@ -194,8 +195,8 @@ void NameWrittenNotReturned(const std::vector<c10::IValue>& inputs, const OpTrai
                             std::vector<TensorFacts>& facts);
 
 // Checks every tensor among `outputs` of `owner`; appends facts and the
-// tensors.
-void CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,
+// tensors. Whether every output that holds floating-point values was read.
+bool CheckOutputs(const std::vector<c10::IValue>& outputs, const OutputOwner& owner,
                   const CheckLimits& limits, CacheUse cache,
                   uint64_t reuse_after, std::vector<TensorFacts>& facts,
                   std::vector<at::Tensor>& tensors);

@@ -74,6 +74,9 @@ struct Frame {
   bool contains_finding = false;
   bool contains_warning = false;  // a nested op already warned (near-max)
   bool judged = false;  // the monitor judged this op's outputs
+  // When judged: none of its outputs held values the check could not read
+  // (a GPU's without the GPU path, sparse on a GPU).
+  bool outputs_all_read = false;
   // Grad mode when it started: what the ops nested in it are refined by,
   // as autograd.Function runs its forward with grad mode off (so do
   // torch.compile's graphs, and reentrant checkpointing): a forward pass.
@@ -119,6 +122,7 @@ struct ThreadState {
     f.contains_finding = false;
     f.contains_warning = false;
     f.judged = false;
+    f.outputs_all_read = false;
     f.has_nested = false;
     f.reads_garbage = false;
     f.deferred.clear();
@@ -798,11 +802,12 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
   absl::Cleanup release_outputs = [&ts] { ts.output_tensors.clear(); };
   // Ops made of nested ops reuse what those found for the same memory
   // (results remembered since this op began); all others scan.
-  CheckOutputs(outputs, OutputOwner{frame.name, call.phase, -1, traits.composite},
-               monitor.limits(),
-               traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
-                                             : CacheUse::kRemember,
-               frame.cache_mark, ts.output_facts, ts.output_tensors);
+  frame.outputs_all_read =
+      CheckOutputs(outputs, OutputOwner{frame.name, call.phase, -1, traits.composite},
+                   monitor.limits(),
+                   traits.composed_of_nested_ops ? CacheUse::kReuseOrRemember
+                                                 : CacheUse::kRemember,
+                   frame.cache_mark, ts.output_facts, ts.output_tensors);
   if (ts.output_facts.empty()) {
     // Wrappers hold no values of their own (torch.func's, a tensor
     // subclass's): the ops they redispatch to, nested in this one, are
@@ -907,6 +912,17 @@ bool CastsResultBuffer(const Frame& parent, const OpTraits& traits,
          !cast.is_alias_of(self);
 }
 
+// What the op of `frame`, at its end, made of a nested op's values that
+// are `nonfinite` still or not (Settled in core/monitor.h).
+Settled SettledBy(const Frame& frame, bool nonfinite) {
+  if (!nonfinite) return Settled::kOverwritten;
+  if (!frame.judged) return Settled::kStands;
+  if (frame.verdict == Verdict::kMasked) return Settled::kMask;
+  // Finite outputs, every one read: it kept them out itself.
+  if (ReturnsFinite(frame.verdict) && frame.outputs_all_read) return Settled::kLeftOut;
+  return Settled::kStands;
+}
+
 // At the end of the op of frame `index`, the nested ops it was to explain:
 // its verdict says whether their non-finite values were a mask it carried;
 // values overwritten since (a buffer's garbage, then written) were never
@@ -931,11 +947,7 @@ void SettleDeferred(ThreadState& ts, int index) {
       TensorFacts facts;
       if (CheckTensor(t, monitor.limits(), facts)) nonfinite |= AnyNonFinite(facts.counts);
     }
-    const Settled settled = !nonfinite     ? Settled::kOverwritten
-                            : !frame.judged ? Settled::kStands
-                            : frame.verdict == Verdict::kMasked ? Settled::kMask
-                            : ReturnsFinite(frame.verdict)      ? Settled::kLeftOut
-                                                                : Settled::kStands;
+    const Settled settled = SettledBy(frame, nonfinite);
     monitor.SettleDeferral(d.deferral, settled);
     if (settled == Settled::kOverwritten) {
       for (const at::Tensor& t : d.outputs) RememberChecked(t, StorageState::kFinite);
