@@ -146,8 +146,11 @@ std::string Describe(const std::vector<InputFacts>& inputs) {
         : in.on_device ? absl::StrCat(in.dtype, in.shape)
                        : absl::StrCat(in.dtype, in.shape, " (not checked)");
     if (in.on_device) absl::StrAppend(&d, " on the GPU, ", DeviceInputState(in));
-    // The viewer reads this (FromMask in viewer/summary.h).
-    if (in.deliberate && !in.on_device) absl::StrAppend(&d, ", put there by a mask");
+    // The viewer reads these (FromMask, FromNanMarker in viewer/summary.h).
+    if (in.deliberate && !in.on_device) {
+      absl::StrAppend(&d, in.counts.nan != 0 ? ", NaN put there on purpose (a marker)"
+                                             : ", put there by a mask");
+    }
     parts.push_back(absl::StrCat("#", in.arg_index, " ", d));
   }
   return absl::StrJoin(parts, "; ");
@@ -653,7 +656,8 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
 
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context) {
-  if (total.nan != 0) return false;
+  // NaN is a mask only as a marker the program placed: see MarkNanMarkers.
+  if (total.nan != 0 && !MarkNanMarkers(e, inputs)) return false;
   // A composite op's ±inf are masks still when its nested ops were judged
   // to carry them, or it returns views of a mask it was given: no list of
   // the ops that keep a mask a mask can name every composite of them.
@@ -675,7 +679,7 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
     // own inputs: the dot's overflow is still the dot's origin.
     const bool one_value = in.dtype == "scalar" || (in.shape == "[]" && !in.produced_by_op);
     if (one_value && in.counts.nan == 0 && PlacesScalar(e.op)) in.deliberate = true;
-    if (!in.deliberate || in.counts.nan != 0) return false;
+    if (!in.deliberate) return false;
     any_deliberate = true;
     deliberate_posinf |= in.counts.posinf != 0;
   }
@@ -690,6 +694,28 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
   // attn_mask), two finfo.min masks added. Masks are negative: +inf is
   // still what the op computed.
   return total.posinf == 0 && context.InputsHoldMasks(e.op);
+}
+
+bool Monitor::MarkNanMarkers(const OpEvent& e, std::vector<InputFacts>& inputs) {
+  bool any = false;
+  for (InputFacts& in : inputs) {
+    if (!in.checked || in.counts.nan == 0) continue;
+    // A NaN literal placed by the program itself, at the top level
+    // (torch.where(ok, x, float("nan")), x.masked_fill(m, float("nan"))):
+    // a missing value's marker, which torch.nanmean and nansum skip. Inside
+    // another op, a NaN its kernel fills may be one it computed; inside an
+    // op that places scalars itself (where's Scalar overload makes a
+    // scalar_tensor of the number and calls its Tensor one), it computes
+    // none: the literal is still the program's.
+    const bool one_value = in.dtype == "scalar" || (in.shape == "[]" && !in.produced_by_op);
+    const bool programs_own = e.top_op.empty() || PlacesScalar(e.top_op);
+    if (one_value && !in.produced_by_op && programs_own && PlacesScalar(e.op)) {
+      in.deliberate = true;
+    }
+    // Else a marker carried (memory the registry knows holds masks).
+    any |= in.deliberate;
+  }
+  return any;
 }
 
 bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,

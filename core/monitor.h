@@ -66,7 +66,8 @@ struct InputFacts {
   // after the fact, when the memory may have been reused since).
   bool from_collective = false;
   // Its non-finite values are ±inf a mask put there on purpose (see
-  // PlacesScalar in core/op_policy.h), not a problem by themselves.
+  // PlacesScalar in core/op_policy.h), or NaN the program placed as a
+  // marker (Monitor::MarkNanMarkers), not a problem by themselves.
   bool deliberate = false;
   // Its non-finite values are a backward formula's own, made of a zero it
   // divided by and masked before the formula returns (StorageState::
@@ -611,10 +612,15 @@ class Monitor {
                          const CheckCounts& total, Format format) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(FindingRow row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Non-finite outputs that are only masks carried along: inf (no NaN)
-  // from deliberate ±inf inputs through an op that carries masks, or -inf
-  // made of mask constants (a finfo.min mask cast to fp16). Marks the
-  // deliberate scalar inputs it finds.
+  // Non-finite outputs that are only masks carried along: inf from
+  // deliberate ±inf inputs through an op that carries masks (NaN only
+  // beside NaN markers: MarkNanMarkers), or -inf made of mask constants (a
+  // finfo.min mask cast to fp16). Marks the deliberate scalar inputs it
+  // finds.
+  // Whether an input of `e` holds NaN the program placed as a marker of
+  // its own: a NaN literal a top-level op places (PlacesScalar), or memory
+  // known to hold masks. Marks those inputs deliberate.
+  static bool MarkNanMarkers(const OpEvent& e, std::vector<InputFacts>& inputs);
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context);
   // What a backward formula's division made at a zero (a norm's, sinc's),

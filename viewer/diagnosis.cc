@@ -148,6 +148,15 @@ Diagnosis CompiledRegionMade(const FindingRow& f) {
 
 Diagnosis DiagnoseRun(const RunSummary& s);
 
+// Whether an op of the program's masks (mask_ops) carried NaN: markers the
+// program placed, not only ±inf masks.
+bool PlacedNanMarkers(const RunSummary& s) {
+  return std::any_of(s.ops.begin(), s.ops.end(), [&](const OpTotals& o) {
+    return o.mask && o.nan > 0 &&
+           std::find(s.mask_ops.begin(), s.mask_ops.end(), o.op) != s.mask_ops.end();
+  });
+}
+
 // Only carried inf/NaN (propagated findings), none that a checked op made
 // of finite inputs or read from the data: a constant torch's own kernel
 // handed to an op inside it, or memory no check saw written. Not "every
@@ -497,6 +506,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     // fp32 recomputation is not finite either, for the mask's -inf.
     const bool overflowed_beside_mask = FromMask(f) && IsMatmul(f.op) && f.posinf > 0;
     if (!overflowed_beside_mask) {
+      if (auto marker = NanMarkerReached(f)) return *marker;
       if (auto mask = MaskMadeNonFinite(s, f)) return *mask;
       if (auto math = InvalidMath(s, f)) return *math;
     }
@@ -656,7 +666,8 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
         "every checked output", s.steps == 0 ? "" : absl::StrCat(" of ", s.steps, StepNoun(s)),
         " was finite",
         s.mask_ops.empty() ? ""
-                           : absl::StrCat(", apart from deliberate ±inf masks (",
+                           : absl::StrCat(", apart from deliberate ",
+                                          PlacedNanMarkers(s) ? "masks and NaN markers (" : "±inf masks (",
                                           absl::StrJoin(s.mask_ops, ", "), ")")));
   }
   if (scaled != nullptr) {

@@ -15,7 +15,7 @@ struct Diagnosis {
   // forward_overflow, backward_overflow, invalid_math, nonfinite_input,
   // unchecked_maker (sample mode: an input whose maker went unchecked),
   // unknown_origin (only carried inf/NaN, which no checked op made and
-  // each step did not drop),
+  // each step did not drop), mask_made_nonfinite, nan_marker_reached,
   // skipped_steps, underflow, fp16_optimizer_state, fp16_gradient_norm,
   // fp16_running_statistics, diverged (the updates grew step after step
   // until something overflowed), healthy (and received, for a rank that

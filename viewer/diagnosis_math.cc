@@ -273,6 +273,34 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
   return d;
 }
 
+std::optional<Diagnosis> NanMarkerReached(const FindingRow& f) {
+  if (f.kind != "origin" || !FromNanMarker(f)) return std::nullopt;
+  // The program's op: a mean, not the sum it is made of.
+  const std::string& op = f.top_op.empty() ? f.op : f.top_op;
+  const absl::string_view method = absl::StripSuffix(absl::StripPrefix(op, "aten::"), "_");
+  Diagnosis d;
+  d.kind = "nan_marker_reached";
+  d.op = op;
+  d.title = absl::StrCat("A NaN marker reached an op that does not skip NaN: ", op,
+                         PhaseNote(f), " at step ", f.step);
+  d.evidence.push_back(WhatItGave(f));
+  d.evidence.push_back(absl::StrCat(
+      "an input holds NaN the program placed on purpose, a marker of a missing value "
+      "(torch.where(ok, x, float(\"nan\")), masked_fill(m, float(\"nan\"))), and ", op,
+      " does not skip NaN as torch.nanmean, torch.nansum and torch.nan_to_num do: the marker "
+      "became the NaN the rest of the step computes with"));
+  d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+  d.fixes.push_back(absl::StrCat(
+      "skip the markers where they are reduced: torch.nan", method == "sum" ? "sum" : "mean",
+      "(x) instead of ", method == "sum" || method == "mean" ? absl::StrCat("x.", method, "()")
+                                                             : op,
+      ", or torch.nan_to_num(x, nan=0.0) before it"));
+  d.fixes.push_back(
+      "or keep a boolean mask beside the values instead of NaN markers, and reduce "
+      "x[mask]");
+  return d;
+}
+
 namespace {
 
 // Whether `f`, a forward origin that made ±inf, had a gradient that was

@@ -21,6 +21,11 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f);
 // InvalidMath explains. Otherwise nullopt.
 std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow& f);
 
+// The `nan_marker_reached` diagnosis when the first origin `f` is an op
+// that does not skip NaN (a mean, a sum) given NaN the program placed as
+// markers of missing values. Otherwise nullopt.
+std::optional<Diagnosis> NanMarkerReached(const FindingRow& f);
+
 // A healthy diagnosis when the first origin `f` was made by an op (not
 // data, not another rank) and every step with inf/NaN dropped them before
 // they reached a weight: each such step's trace says its inf/NaN were all

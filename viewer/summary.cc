@@ -257,6 +257,10 @@ bool FromMask(const FindingRow& f) {
   return absl::StrContains(f.inputs, "put there by a mask");
 }
 
+bool FromNanMarker(const FindingRow& f) {
+  return absl::StrContains(f.inputs, "NaN put there on purpose");
+}
+
 std::string OpWithinTop(const FindingRow& f) {
   return f.top_op.empty() || f.top_op == f.op ? f.op : absl::StrCat(f.op, " in ", f.top_op);
 }

@@ -157,6 +157,11 @@ std::string FormatAbs(double v);
 // monitor.cc says so in the description of such an input).
 bool FromMask(const FindingRow& f);
 
+// Whether origin `f` made its NaN of NaN markers the program placed on
+// purpose (torch.where(ok, x, float("nan"))), as core/monitor.cc says in
+// the description of such an input.
+bool FromNanMarker(const FindingRow& f);
+
 // A finding's op with the one it ran in, for sentences ("aten::bmm in
 // aten::matmul"): an inner op alone (aten::sum) does not say which line of
 // the model it is.

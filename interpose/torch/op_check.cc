@@ -850,9 +850,8 @@ std::vector<InputFacts> CheckWrittenArgs(c10::ArrayRef<const c10::IValue> inputs
       MergeCounts(f.counts, facts.counts);
       f.max_abs = std::max(f.max_abs, MaxAbs(facts.format, facts.counts));
       if (AnyNonFinite(facts.counts) && KnownNonFinite(t)) f.produced_by_op = true;
-      if (AnyNonFinite(facts.counts) && facts.counts.nan == 0 && KnownDeliberate(t)) {
-        f.deliberate = true;
-      }
+      // Masks, or NaN markers (Monitor::MarkNanMarkers) carried.
+      if (AnyNonFinite(facts.counts) && KnownDeliberate(t)) f.deliberate = true;
       if (AnyNonFinite(facts.counts) && KnownOwnMasked(t)) f.own_masked = true;
     });
     if (f.checked) result.push_back(std::move(f));
@@ -1118,8 +1117,9 @@ std::vector<InputFacts> TorchOpContext::Inputs() {
         // (the inf of `x.abs() != inf` inside isfinite and isinf, cast to
         // x's dtype): meant, like a mask's.
         f.python_number = t.unsafeGetTensorImpl()->is_wrapped_number();
-        f.deliberate = AnyNonFinite(f.counts) && f.counts.nan == 0 &&
-                       (KnownDeliberate(t) || f.python_number);
+        // Masks, or NaN markers (Monitor::MarkNanMarkers) carried.
+        f.deliberate = AnyNonFinite(f.counts) &&
+                       (KnownDeliberate(t) || (f.counts.nan == 0 && f.python_number));
         f.own_masked = AnyNonFinite(f.counts) && KnownOwnMasked(t);
         if (name_model_tensors_) LabelModelTensor(t, f, destination);
       }

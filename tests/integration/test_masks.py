@@ -3,7 +3,10 @@ them non-finite data or an origin, and must still catch what a mask can
 break (a row masked entirely makes NaN in softmax)."""
 import re
 
-from conftest import NANHUNT, PYTHON, SCRIPTS, findings, preload_run, preload_script, run, view_json
+import pytest
+
+from conftest import (NANHUNT, PYTHON, SCRIPTS, findings, plain_and_monitored, preload_run,
+                      preload_script, run, view_json)
 
 SCRIPT = SCRIPTS / "masked_attention.py"
 
@@ -321,3 +324,28 @@ def test_attention_that_overflows_beside_a_padding_mask_is_an_overflow(out, tmp_
     first = j["first_origin"]
     assert (first["op"], first["step"]) == ("aten::baddbmm", 1), first
     assert j["diagnosis"]["kind"] == "forward_overflow", j["diagnosis"]
+
+
+@pytest.mark.parametrize("placement", ["where", "scalar", "masked_fill", "index"])
+def test_nan_markers_the_program_skips_are_masks_and_a_mean_over_them_is_named(placement, out):
+    # A per-class Dice loss marks absent classes NaN on purpose and averages
+    # with torch.nanmean. It was "non-finite values came in with the data:
+    # find the record", every step marked "!", of a healthy run.
+    script = SCRIPTS / "nan_marked_classes.py"
+    plain_and_monitored([PYTHON, script, placement, "nanmean"], out)
+    j = view_json(out)
+    assert j["diagnosis"]["kind"] == "healthy", j["diagnosis"]
+    assert j["first_origin"] is None and j["nonfinite_steps"] == [], j["nonfinite_steps"]
+    assert j["counts"] == {"origins": 0, "inputs": 0, "propagated": 0}, j["counts"]
+    assert "apart from deliberate masks and NaN markers" in j["diagnosis"]["evidence"][0]
+    # x.mean() does not skip them: the mean is where the NaN began.
+    r = preload_run([PYTHON, script, placement, "mean"], out.parent / "mean")
+    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
+    j = view_json(out.parent / "mean")
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["kind"], first["step"], first["top_op"]) == ("origin", 0, "aten::mean"), first
+    assert "NaN put there on purpose (a marker)" in first["inputs"], first
+    assert d["kind"] == "nan_marker_reached", d
+    assert d["title"] == "A NaN marker reached an op that does not skip NaN: aten::mean at step 0"
+    assert d["fixes"][0].startswith("skip the markers where they are reduced: torch.nanmean(x) "
+                                    "instead of x.mean()"), d["fixes"]

@@ -713,6 +713,22 @@ TEST(Diagnosis, ADecompositionsGradientAtRepeatedValuesIsItsFormulas) {
   EXPECT_TRUE(AnyStartsWith(Diagnose(s).fixes, "keep the denominator away from 0"));
 }
 
+// x.mean() of NaN markers the program placed: the nan-skipping mean.
+TEST(Diagnosis, AMeanOverNanMarkersIsNamedWithTorchNanmean) {
+  RunSummary s = NanLossRun(3, "aten::sum", "aten::mean", 1, 1,
+                            "#0 float32[4] max|x|=0.29 nan=1, NaN put there on purpose (a marker)",
+                            {0, 1, 2});
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "nan_marker_reached");
+  EXPECT_EQ(d.op, "aten::mean");
+  ASSERT_FALSE(d.fixes.empty());
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "skip the markers where they are reduced: "
+                                           "torch.nanmean(x) instead of x.mean()"))
+      << d.fixes[0];
+  s.first_origin->inputs = "#0 float32[4] max|x|=0.29 nan=1";  // no marker: data
+  EXPECT_NE(Diagnose(s).kind, "nan_marker_reached");
+}
+
 // GRPO-style advantages: a group of one sample has a std of NaN; so has
 // a batch standardised by hand at an epoch's last batch of one sample.
 TEST(Diagnosis, AStdOverOneValueIsBesselsCorrection) {

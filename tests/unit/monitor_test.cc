@@ -266,6 +266,48 @@ TEST_F(MonitorTest, AOneValueMinusInfTensorGivenToWhereIsAMask) {
   EXPECT_EQ(Op("aten::where", Fp16(4), data), Verdict::kInput);
 }
 
+// A NaN literal the program places itself marks a missing value (a
+// per-class Dice loss's absent classes, averaged with torch.nanmean): a
+// mask, carried as masks are; a mean over it is where real NaN begins.
+// Inside an op that computes (torch.logdet's own NaN), it is no marker.
+TEST_F(MonitorTest, ANanLiteralTheProgramPlacesIsAMarkerAndAMeanOverItAnOrigin) {
+  TensorFacts marked = Fp16(0);
+  marked.counts.nan = 1;
+  InputFacts nan = MinusInfScalar();
+  nan.counts.neginf = 0;
+  nan.counts.nan = 1;
+  FakeContext where;
+  where.inputs = {Input(false, false), nan, Input(false, false)};
+  EXPECT_EQ(Op("aten::where", marked, where), Verdict::kMasked);
+  // where's Scalar overload: the scalar_tensor it makes of the number.
+  FakeContext scalar_tensor;
+  scalar_tensor.inputs = {nan};
+  EXPECT_EQ(Op("aten::scalar_tensor", marked, scalar_tensor, "aten::where"), Verdict::kMasked);
+  // Carried: an op that carries masks.
+  InputFacts carried = Input(/*nonfinite=*/true, /*produced_by_op=*/false);
+  carried.deliberate = true;
+  FakeContext add;
+  add.inputs = {carried, Input(false, false)};
+  EXPECT_EQ(Op("aten::add", marked, add), Verdict::kMasked);
+  EXPECT_FALSE(monitor_.first_origin().has_value());
+  // Reduced by an op that does not skip NaN: the origin, its input a marker.
+  FakeContext sum;
+  sum.inputs = {carried};
+  EXPECT_EQ(Op("aten::sum", marked, sum, "aten::mean"), Verdict::kOrigin);
+  ASSERT_TRUE(monitor_.first_origin().has_value());
+  EXPECT_NE(monitor_.first_origin()->inputs.find("NaN put there on purpose (a marker)"),
+            std::string::npos)
+      << monitor_.first_origin()->inputs;
+  // Inside torch.logdet, a NaN placed by its kernel is the kernel's.
+  FakeContext logdet;
+  logdet.inputs = {nan};
+  EXPECT_NE(Op("aten::scalar_tensor", marked, logdet, "aten::logdet"), Verdict::kMasked);
+  // A NaN input no op made, to an op that places no scalar: data.
+  FakeContext data;
+  data.inputs = {Input(true, false)};
+  EXPECT_EQ(Op("aten::mul", marked, data), Verdict::kInput);
+}
+
 TEST_F(MonitorTest, WhileOthersGoUncheckedInfOfUnknownMakingIsPresumedAMask) {
   // Sample mode: the mask's maker (full, triu) was not sampled; the sampled
   // _to_copy is given its -inf, in host memory (read) ...
