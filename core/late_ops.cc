@@ -45,6 +45,10 @@ class LateContext final : public OpContext {
             f.counts.neginf = 1;
             f.deliberate = true;
             break;
+          case StorageState::kNanMarkers:
+            f.counts.nan = 1;
+            f.deliberate = true;
+            break;
           case StorageState::kOwnMasked:
             f.counts.nan = 1;
             f.own_masked = true;
@@ -203,7 +207,7 @@ Verdict LateOps::Classify(LateOp* op) {
     const bool bad = AnyNonFinite(op->outputs[i].counts);
     any_nonfinite |= bad && verdict != Verdict::kMasked && verdict != Verdict::kOwnMasked;
     if (op->output_storages[i].key != nullptr) {
-      remember_(op->output_storages[i], StorageStateAfter(verdict, bad));
+      remember_(op->output_storages[i], StorageStateAfter(verdict, op->outputs[i].counts));
     }
   }
   // A step's verdict on whether its inf/NaN were dropped may have waited

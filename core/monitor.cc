@@ -399,9 +399,10 @@ NearMaxOutputs NearMaxOf(absl::Span<const TensorFacts> outputs) {
 
 }  // namespace
 
-StorageState StorageStateAfter(Verdict verdict, bool nonfinite) {
-  if (nonfinite) {
-    return verdict == Verdict::kMasked      ? StorageState::kDeliberate
+StorageState StorageStateAfter(Verdict verdict, const CheckCounts& counts) {
+  if (AnyNonFinite(counts)) {
+    return verdict == Verdict::kMasked && counts.nan != 0 ? StorageState::kNanMarkers
+           : verdict == Verdict::kMasked                  ? StorageState::kDeliberate
            : verdict == Verdict::kOwnMasked ? StorageState::kOwnMasked
                                             : StorageState::kNonFinite;
   }

@@ -104,8 +104,12 @@ struct InputFacts {
 // finite, with mask constants among its values (IsMaskConstant in
 // core/op_policy.h: torch.finfo(dtype).min), large on purpose. kOwnMasked:
 // inf/NaN of a backward formula's division by 0, which the formula masks
-// before it returns (Verdict::kOwnMasked).
-enum class StorageState { kFinite, kNonFinite, kDeliberate, kMaskConstants, kOwnMasked };
+// before it returns (Verdict::kOwnMasked). kDeliberate: a mask's ±inf;
+// kNanMarkers: NaN the program placed as markers (Monitor::MarkNanMarkers),
+// told apart so that a GPU op, whose inputs are not read, knows them.
+enum class StorageState {
+  kFinite, kNonFinite, kDeliberate, kMaskConstants, kOwnMasked, kNanMarkers
+};
 
 // Memory in `state` holds masks: mask constants or deliberate ±inf.
 inline bool HoldsMasks(StorageState state) {
@@ -273,8 +277,8 @@ enum class Settled {
 };
 
 // What the registry remembers of an output of an op judged `verdict`, by
-// whether that output held non-finite values.
-StorageState StorageStateAfter(Verdict verdict, bool nonfinite);
+// what the check counted in that output.
+StorageState StorageStateAfter(Verdict verdict, const CheckCounts& counts);
 
 // Verdicts that are no news: nothing to escalate, warn about or name
 // kernels for.

@@ -638,6 +638,32 @@ PY
 ) | tee "$build"/own-masked-check.txt || { failed+=("$part_name"); show_log 10 "$build"/own-masked-*.log; }
 fi
 
+if time_left "NaN markers on CUDA"; then
+part "NaN the program places as markers of absent classes, skipped by torch.nanmean, on CUDA: healthy, no step non-finite; x.mean() over them is nan_marker_reached"
+on_cuda "$build"/nan-markers nan_marked_classes.py scalar nanmean
+on_cuda "$build"/nan-markers-mean nan_marked_classes.py scalar mean
+("$python" - "$build" <<'PY'
+import json, sys
+views = []
+for name in ("nan-markers", "nan-markers-mean"):
+    try:
+        views.append(json.load(open(f"{sys.argv[1]}/{name}.json")))
+    except Exception as e:
+        views.append({"error": repr(e)})
+skipped, mean = views
+title = (skipped.get("diagnosis") or {}).get("title") or ""
+kind = (mean.get("diagnosis") or {}).get("kind")
+good_skipped = skipped.get("steps") == 3 and skipped.get("nonfinite_steps") == [] and \
+    title.startswith("Healthy: no non-finite")
+good_mean = mean.get("steps") == 3 and kind == "nan_marker_reached"
+print(f"nanmean, CUDA: {skipped.get('steps')} steps, non-finite steps "
+      f"{skipped.get('nonfinite_steps')}, {title}: {'OK' if good_skipped else 'WRONG'}")
+print(f"mean, CUDA: {mean.get('steps')} steps, {kind}: {'OK' if good_mean else 'WRONG'}")
+sys.exit(0 if good_skipped and good_mean else 1)
+PY
+) | tee "$build"/nan-markers-check.txt || { failed+=("$part_name"); show_log 10 "$build"/nan-markers*.log; }
+fi
+
 if time_left "fp16 FFT on CUDA"; then
 part "an FNO's fp16 FFT on CUDA: its complex32 spectrum overflows at step 2, checked as real and imaginary parts"
 on_cuda "$build"/spectral fp16_spectral_conv.py

@@ -77,7 +77,8 @@ struct RegisteredStorage {
 };
 // Leaked on purpose: used by callbacks until the process ends.
 // Storages whose last check found inf/NaN: kNonFinite, or kDeliberate
-// when they were a mask's ±inf. Finite ones are not kept.
+// when they were a mask's ±inf (kNanMarkers, kOwnMasked: see StorageState).
+// Finite ones are not kept.
 auto* g_nonfinite = new absl::flat_hash_map<const void*, RegisteredStorage>();
 std::atomic<size_t> g_nonfinite_size{0};
 
@@ -797,7 +798,8 @@ bool KnownNonFinite(const at::Tensor& t) {
 }
 
 bool KnownDeliberate(const at::Tensor& t) {
-  return StorageStateOf(StorageKey(t)) == StorageState::kDeliberate;
+  const StorageState state = StorageStateOf(StorageKey(t));
+  return state == StorageState::kDeliberate || state == StorageState::kNanMarkers;
 }
 
 bool KnownOwnMasked(const at::Tensor& t) {

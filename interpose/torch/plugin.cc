@@ -882,8 +882,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
     StopAtFirstNonFinite(frame, traits, *session);
   }
   for (size_t i = 0; i < ts.output_tensors.size(); ++i) {
-    const bool bad = AnyNonFinite(ts.output_facts[i].counts);
-    RememberChecked(ts.output_tensors[i], StorageStateAfter(verdict, bad));
+    RememberChecked(ts.output_tensors[i], StorageStateAfter(verdict, ts.output_facts[i].counts));
   }
   if (!traits.collective) monitor.ForgetCollective(StoragesOf(outputs));
   if (parent != nullptr) {

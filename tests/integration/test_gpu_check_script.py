@@ -22,8 +22,8 @@ NEEDS_A_GPU = [
     "Adam foreach on CUDA", "own loss scaler on CUDA", "several optimizers on CUDA",
     "padded attention on CUDA", "workspaces on CUDA", "evaluation on CUDA",
     "given-up iterations on CUDA", "divergence on CUDA", "forward lines on CUDA",
-    "own masked divisions on CUDA", "fp16 FFT on CUDA", "fp16 batch norm on CUDA",
-    "checkpoint loaded onto CUDA",
+    "own masked divisions on CUDA", "NaN markers on CUDA", "fp16 FFT on CUDA",
+    "fp16 batch norm on CUDA", "checkpoint loaded onto CUDA",
     "memory no op wrote", "streams and devices",
     "CUDA graph capture",
     "held-back checks", "batch replay", "GPT-2 benchmark"]
@@ -34,7 +34,8 @@ WHILE_TIME_IS_LEFT = [
     "own loss scaler on CUDA", "several optimizers on CUDA", "padded attention on CUDA",
     "workspaces on CUDA", "evaluation on CUDA", "given-up iterations on CUDA",
     "divergence on CUDA", "forward lines on CUDA", "own masked divisions on CUDA",
-    "fp16 FFT on CUDA", "fp16 batch norm on CUDA", "checkpoint loaded onto CUDA",
+    "NaN markers on CUDA", "fp16 FFT on CUDA", "fp16 batch norm on CUDA",
+    "checkpoint loaded onto CUDA",
     "memory no op wrote"]
 # These need none (the GPU tests skip without a device).
 NEEDS_NONE = ["GPU tests", "GPU library tests", "CUPTI tests", "unit tests", "mutex cost",

@@ -230,17 +230,23 @@ TEST_F(LateOpsTest, AnOpWithoutASourceLineIsWantedNextTimeAndWaitsForAllOutputs)
   EXPECT_FALSE(registry_.contains(&g_storage[6]));
 }
 
+// A Python number an op was given, checked on the host at enqueue.
+LateInput ScalarArgument(uint64_t neginf, uint64_t nan) {
+  LateInput in;
+  in.dtype = "scalar";
+  in.checked_on_host = true;
+  in.counts.elements = 1;
+  in.counts.neginf = neginf;
+  in.counts.nan = nan;
+  return in;
+}
+
 // A -inf mask on the GPU: masked_fill with a -inf scalar, then an add of
 // the mask, then a softmax that is finite: no finding; a row that is
 // entirely masked makes NaN, and that is an origin.
 TEST_F(LateOpsTest, MasksAreCarriedWithoutAFindingUntilTheyMakeNaN) {
   auto fill = Op(1, "aten::masked_fill", 0, 7);
-  LateInput minus_inf;
-  minus_inf.dtype = "scalar";
-  minus_inf.checked_on_host = true;
-  minus_inf.counts.elements = 1;
-  minus_inf.counts.neginf = 1;
-  fill->inputs.push_back(minus_inf);
+  fill->inputs.push_back(ScalarArgument(/*neginf=*/1, /*nan=*/0));
   EXPECT_EQ(late_.OnResult(fill.get(), 0, Counts(4)), Verdict::kMasked);
   EXPECT_EQ(states_[&g_storage[0]], StorageState::kDeliberate);
   EXPECT_EQ(late_.OnResult(Op(2, "aten::add", 1, 0).get(), 0, Counts(4)), Verdict::kMasked);
@@ -278,6 +284,24 @@ TEST_F(LateOpsTest, InfAnOpThatDoesNotCarryMasksMakesFromOneIsAnOrigin) {
             Verdict::kOrigin);
   EXPECT_EQ(states_[&g_storage[1]], StorageState::kNonFinite);
   EXPECT_NE(monitor_.first_origin()->inputs.find("put there by a mask"), std::string::npos);
+}
+
+// NaN markers on a GPU: torch.where(absent, float("nan"), dice) with the
+// scalar known at enqueue, then carried by memory alone (not read), and a
+// mean over them the origin.
+TEST_F(LateOpsTest, NanMarkersAreKnownByTheirMemoryAndAMeanOverThemIsAnOrigin) {
+  auto where = Op(1, "aten::where", 0);
+  where->inputs.push_back(ScalarArgument(/*neginf=*/0, /*nan=*/1));
+  CheckCounts nan = Counts(0);
+  nan.nan = 1;
+  EXPECT_EQ(late_.OnResult(where.get(), 0, nan), Verdict::kMasked);
+  EXPECT_EQ(states_[&g_storage[0]], StorageState::kNanMarkers);
+  EXPECT_EQ(late_.OnResult(Op(2, "aten::mul", 1, 0).get(), 0, nan), Verdict::kMasked);
+  EXPECT_EQ(states_[&g_storage[1]], StorageState::kNanMarkers);
+  EXPECT_FALSE(monitor_.first_origin());
+  EXPECT_EQ(late_.OnResult(Op(3, "aten::mean", 2, 1).get(), 0, nan), Verdict::kOrigin);
+  ASSERT_TRUE(monitor_.first_origin());
+  EXPECT_EQ(monitor_.first_origin()->op, "aten::mean");
 }
 
 TEST_F(LateOpsTest, MaskConstantsAreKnownByTheirMemoryAndMakeMinusInfAMask) {

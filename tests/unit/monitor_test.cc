@@ -743,13 +743,17 @@ TEST_F(MonitorTest, MinusInfFromMaskConstantsIsAMaskButPlusInfIsNot) {
 }
 
 TEST(StorageStateAfter, WhatTheRegistryRemembersOfAnOutput) {
-  EXPECT_EQ(StorageStateAfter(Verdict::kMasked, true), StorageState::kDeliberate);
-  EXPECT_EQ(StorageStateAfter(Verdict::kOwnMasked, true), StorageState::kOwnMasked);
-  EXPECT_EQ(StorageStateAfter(Verdict::kOwnMasked, false), StorageState::kFinite);
-  EXPECT_EQ(StorageStateAfter(Verdict::kOrigin, true), StorageState::kNonFinite);
-  EXPECT_EQ(StorageStateAfter(Verdict::kMaskConstants, false), StorageState::kMaskConstants);
-  EXPECT_EQ(StorageStateAfter(Verdict::kWarned, false), StorageState::kFinite);
-  EXPECT_EQ(StorageStateAfter(Verdict::kMasked, false), StorageState::kFinite);
+  CheckCounts finite, minus_inf, nan;
+  minus_inf.neginf = 1;
+  nan.nan = 1;
+  EXPECT_EQ(StorageStateAfter(Verdict::kMasked, minus_inf), StorageState::kDeliberate);
+  EXPECT_EQ(StorageStateAfter(Verdict::kMasked, nan), StorageState::kNanMarkers);
+  EXPECT_EQ(StorageStateAfter(Verdict::kOwnMasked, nan), StorageState::kOwnMasked);
+  EXPECT_EQ(StorageStateAfter(Verdict::kOwnMasked, finite), StorageState::kFinite);
+  EXPECT_EQ(StorageStateAfter(Verdict::kOrigin, nan), StorageState::kNonFinite);
+  EXPECT_EQ(StorageStateAfter(Verdict::kMaskConstants, finite), StorageState::kMaskConstants);
+  EXPECT_EQ(StorageStateAfter(Verdict::kWarned, finite), StorageState::kFinite);
+  EXPECT_EQ(StorageStateAfter(Verdict::kMasked, finite), StorageState::kFinite);
 }
 
 TEST_F(MonitorTest, UnderflowIsReportedOncePerOpAndPhase) {

@@ -7,8 +7,10 @@ appears: a healthy run, whose steps hold no inf/NaN but the markers.
 
 How the marker is placed: torch.where with a tensor of NaN, or with a
 Python float; masked_fill; an index assignment. mean: x.mean() instead of
-torch.nanmean, which the markers make NaN from step 0 on. Prints each
-step's loss and whether the weights are finite."""
+torch.nanmean, which the markers make NaN from step 0 on. DEVICE=cuda runs
+it on the GPU. Prints each step's loss and whether the weights are
+finite."""
+import os
 import sys
 
 import torch
@@ -16,13 +18,14 @@ import torch.nn.functional as F
 
 placement = sys.argv[1] if len(sys.argv) > 1 else "where"
 reduce = sys.argv[2] if len(sys.argv) > 2 else "nanmean"
+device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 classes = 4
-model = torch.nn.Conv2d(3, classes, 3, padding=1)
+model = torch.nn.Conv2d(3, classes, 3, padding=1).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(3):
-    x = torch.randn(2, 3, 16, 16)
-    target = torch.randint(0, classes - 1, (2, 16, 16))  # class 3 never present
+    x = torch.randn(2, 3, 16, 16, device=device)
+    target = torch.randint(0, classes - 1, (2, 16, 16), device=device)  # no class 3
     probs = model(x).softmax(1)
     onehot = F.one_hot(target, classes).permute(0, 3, 1, 2).float()
     overlap = (probs * onehot).sum((0, 2, 3))
@@ -30,7 +33,7 @@ for step in range(3):
     dice = 2 * overlap / (probs.sum((0, 2, 3)) + present)
     absent = present == 0
     if placement == "where":
-        dice = torch.where(absent, torch.tensor(float("nan")), dice)
+        dice = torch.where(absent, torch.tensor(float("nan"), device=device), dice)
     elif placement == "scalar":
         dice = torch.where(absent, float("nan"), dice)
     elif placement == "masked_fill":
