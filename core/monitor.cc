@@ -655,10 +655,42 @@ Monitor::Position Monitor::NoteLateOp(Phase phase, bool grad_enabled,
                   generation};
 }
 
+namespace {
+
+// An op of a node's backward formula; an op recomputed in the backward
+// (activation checkpointing) is a forward op again.
+bool IsGradientFormula(const OpEvent& e) {
+  return e.phase == Phase::kBackward && !e.forward_op.empty();
+}
+
+}  // namespace
+
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context) {
-  // NaN is a mask only as a marker the program placed: see MarkNanMarkers.
-  if (total.nan != 0 && !MarkNanMarkers(e, inputs)) return false;
+  if (total.nan != 0) {
+    // NaN is a mask only as a marker the program placed: see MarkNanMarkers.
+    if (!MarkNanMarkers(e, inputs)) return false;
+    // A gradient is no marker: a backward formula that computes with the
+    // markers its forward saved (0 x NaN where the loss left them out) made
+    // NaN gradients of them.
+    if (IsGradientFormula(e)) return false;
+    // NaN in, NaN out where they were: any op carries a marker (NaN stays
+    // NaN), where few carry a -inf mask (a square makes it +inf). A larger
+    // share of NaN than its markers held (a mean, a matmul that mixes them
+    // into every entry) is NaN the op made of them.
+    // Ops that move values carry them however they gather them (the
+    // markers of a batch's absent classes, indexed out).
+    if (total.posinf == 0 && total.neginf == 0) {
+      if (NanShareNoLarger(total, inputs) || MovesValues(e.op)) return true;
+      // Read on the host, the markers were spread. On a GPU no input is
+      // read: the ops that carry masks carry them.
+      if (std::any_of(inputs.begin(), inputs.end(), [](const InputFacts& in) {
+            return in.deliberate && !in.on_device && in.counts.nan != 0;
+          })) {
+        return false;
+      }
+    }
+  }
   // A composite op's ±inf are masks still when its nested ops were judged
   // to carry them, or it returns views of a mask it was given: no list of
   // the ops that keep a mask a mask can name every composite of them.
@@ -695,6 +727,18 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
   // attn_mask), two finfo.min masks added. Masks are negative: +inf is
   // still what the op computed.
   return total.posinf == 0 && context.InputsHoldMasks(e.op);
+}
+
+bool Monitor::NanShareNoLarger(const CheckCounts& total, const std::vector<InputFacts>& inputs) {
+  for (const InputFacts& in : inputs) {
+    // Read on the host: a GPU input's counts are a placeholder.
+    if (!in.deliberate || in.on_device || in.counts.elements == 0 || in.counts.nan == 0) continue;
+    if (static_cast<double>(total.nan) * static_cast<double>(in.counts.elements) <=
+        static_cast<double>(in.counts.nan) * static_cast<double>(total.elements)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool Monitor::MarkNanMarkers(const OpEvent& e, std::vector<InputFacts>& inputs) {
@@ -796,6 +840,15 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
         // NaN of them is this op's doing, the origin of real non-finite
         // values: a loss over a masked position, a sum over masked
         // entries, a softmax over a row masked entirely.
+        // NaN markers are the program's data: a forward op that mixes them
+        // into its result (a linear over a batch with x[i] = nan placed in
+        // it) was given them, unless it is a mean or sum that has a twin
+        // that skips them (torch.nanmean), or a gradient formula.
+        if (in.counts.nan != 0 && !IsGradientFormula(e) &&
+            !HasNanSkippingTwin(e.op) && !HasNanSkippingTwin(e.top_op) &&
+            verdict != Verdict::kPropagated) {
+          verdict = Verdict::kInput;
+        }
         continue;
       }
       // A formula's own masked NaN out of its formula: its division made it.

@@ -625,6 +625,9 @@ class Monitor {
   // its own: a NaN literal a top-level op places (PlacesScalar), or memory
   // known to hold masks. Marks those inputs deliberate.
   static bool MarkNanMarkers(const OpEvent& e, std::vector<InputFacts>& inputs);
+  // Whether the share of NaN among the outputs' values (`total`) is no
+  // larger than among those of an input holding NaN markers.
+  static bool NanShareNoLarger(const CheckCounts& total, const std::vector<InputFacts>& inputs);
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context);
   // What a backward formula's division made at a zero (a norm's, sinc's),

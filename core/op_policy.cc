@@ -91,6 +91,24 @@ bool PlacesScalar(absl::string_view op) {
   return Named(kOps, op);
 }
 
+bool MovesValues(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {
+      "aten::index",          "aten::index_select",    "aten::gather",        "aten::masked_select",
+      "aten::take",           "aten::take_along_dim",  "aten::topk",          "aten::sort",
+      "aten::cat",            "aten::stack",           "aten::clone",         "aten::contiguous",
+      "aten::_to_copy",       "aten::to",              "aten::copy_",         "aten::repeat",
+      "aten::expand_copy",    "aten::masked_scatter",  "aten::masked_scatter_", "aten::slice_scatter",
+      "aten::select_scatter", "aten::index_copy",      "aten::index_copy_",   "aten::flip",
+      "aten::roll",           "aten::_unsafe_view"};
+  return Named(kOps, op);
+}
+
+bool HasNanSkippingTwin(absl::string_view op) {
+  static constexpr absl::string_view kOps[] = {"aten::sum", "aten::mean", "aten::median",
+                                               "aten::quantile"};
+  return Named(kOps, op);
+}
+
 OwnZeroDivision FormulasOwnZeroDivision(absl::string_view forward_op) {
   // Their formulas divide 0 by 0 at the masked entries.
   static constexpr absl::string_view kZeroByZero[] = {"aten::sinc", "aten::angle"};

@@ -75,6 +75,14 @@ bool PlacesScalar(absl::string_view op);
 // op that makes inf from a mask is an origin (a loss over a masked
 // position), as is any op that makes NaN of one (a row masked entirely).
 bool CarriesMasks(absl::string_view op);
+// Ops that only move values (select, gather, join, sort them): what they
+// return holds no value its inputs did not, however many of one kind.
+bool MovesValues(absl::string_view op);
+// Reductions torch has a NaN-skipping twin of (torch.nanmean, nansum,
+// nanmedian, nanquantile): NaN markers they reduce into NaN are the
+// program's mistake at that op, where any other op given them was given
+// its data.
+bool HasNanSkippingTwin(absl::string_view op);
 
 // Backward formulas that divide by a value that may be 0 (a norm, a
 // standard deviation, a distance, a complex modulus, an input), then set

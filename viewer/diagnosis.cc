@@ -106,6 +106,18 @@ Diagnosis NonFiniteInput(const RunSummary& s, const FindingRow& f) {
       "step ", f.step, ": ", f.op, " (", f.phase, ") was given inf/NaN that no "
       "checked op had produced", f.source.empty() ? "" : ", at " + f.source));
   if (!f.inputs.empty()) d.evidence.push_back("its inputs: " + f.inputs);
+  if (FromNanMarker(f)) {
+    // x[i] = float("nan"): the program's own NaN, a missing value's marker
+    // (or a fault planted on purpose), that an op which skips none spread.
+    d.evidence.push_back(absl::StrCat(
+        "the NaN was placed by the program itself (x[i] = float(\"nan\"), torch.where(ok, x, "
+        "float(\"nan\")), masked_fill(m, float(\"nan\"))), and ", f.op,
+        " spread it: it skips no NaN"));
+    d.fixes.push_back(absl::StrCat(
+        "if the NaN marks missing values, keep them out of ", f.op,
+        ": torch.nan_to_num(x, nan=0.0) with a mask beside it, or select the known entries "
+        "first"));
+  }
   d.fixes.push_back(absl::StrCat(
       "find the record: the batch of step ", f.step,
       " holds inf/NaN; check the dataset and its preprocessing (division by "

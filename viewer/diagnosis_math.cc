@@ -275,11 +275,33 @@ std::optional<Diagnosis> MaskMadeNonFinite(const RunSummary& s, const FindingRow
 
 std::optional<Diagnosis> NanMarkerReached(const FindingRow& f) {
   if (f.kind != "origin" || !FromNanMarker(f)) return std::nullopt;
+  Diagnosis d;
+  d.kind = "nan_marker_reached";
+  if (!f.forward_op.empty()) {
+    // The forward left the markers out of the loss; the backward formula
+    // of an op that computed with them did not.
+    d.op = f.forward_op;
+    d.title = absl::StrCat("NaN markers reached the gradients: the backward of ", f.forward_op,
+                           " at step ", f.step);
+    d.evidence.push_back(WhatItGave(f));
+    d.evidence.push_back(absl::StrCat(
+        "an input holds NaN the program placed on purpose, a marker of a missing value "
+        "(y[missing] = float(\"nan\"), torch.where(ok, y, float(\"nan\"))): the forward kept "
+        "them out of the loss (selected, masked), but ", f.forward_op,
+        "'s backward computes with the values its forward saved, markers included, and a "
+        "zero gradient times NaN is NaN: every gradient after it holds NaN"));
+    d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
+    d.fixes.push_back(
+        "replace the markers before computing with them and keep the mask for the loss: "
+        "y = torch.nan_to_num(y, nan=0.0) (or torch.where(known, y, 0.0)), then "
+        "((pred - y) ** 2)[known].mean()");
+    d.fixes.push_back(
+        "or select the known entries first: ((pred[known] - y[known]) ** 2).mean()");
+    return d;
+  }
   // The program's op: a mean, not the sum it is made of.
   const std::string& op = f.top_op.empty() ? f.op : f.top_op;
   const absl::string_view method = absl::StripSuffix(absl::StripPrefix(op, "aten::"), "_");
-  Diagnosis d;
-  d.kind = "nan_marker_reached";
   d.op = op;
   d.title = absl::StrCat("A NaN marker reached an op that does not skip NaN: ", op,
                          PhaseNote(f), " at step ", f.step);
@@ -290,11 +312,15 @@ std::optional<Diagnosis> NanMarkerReached(const FindingRow& f) {
       " does not skip NaN as torch.nanmean, torch.nansum and torch.nan_to_num do: the marker "
       "became the NaN the rest of the step computes with"));
   d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
-  d.fixes.push_back(absl::StrCat(
-      "skip the markers where they are reduced: torch.nan", method == "sum" ? "sum" : "mean",
-      "(x) instead of ", method == "sum" || method == "mean" ? absl::StrCat("x.", method, "()")
-                                                             : op,
-      ", or torch.nan_to_num(x, nan=0.0) before it"));
+  const bool twin_named = method == "sum" || method == "mean" || method == "median" ||
+                          method == "quantile";
+  d.fixes.push_back(twin_named
+                        ? absl::StrCat("skip the markers where they are reduced: torch.nan",
+                                       method, "(x) instead of x.", method,
+                                       "(), or torch.nan_to_num(x, nan=0.0) before it")
+                        : absl::StrCat("replace the markers before ", op,
+                                       ": torch.nan_to_num(x, nan=0.0), or select the known "
+                                       "entries first"));
   d.fixes.push_back(
       "or keep a boolean mask beside the values instead of NaN markers, and reduce "
       "x[mask]");

@@ -610,8 +610,9 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
     if (f.kind == "origin") {
       absl::StrAppend(&out, "  ", red, "origin", reset, "  ", bold, OpLabel(f),
                       reset, "  ", f.phase, "  step ", f.step, "\n");
-      absl::StrAppend(&out, FromMask(f) ? "          a mask's -inf (and finite inputs) gave "
-                                        : "          finite inputs gave ",
+      absl::StrAppend(&out, FromMask(f)        ? "          a mask's -inf (and finite inputs) gave "
+                            : FromNanMarker(f) ? "          NaN markers (and finite inputs) gave "
+                                               : "          finite inputs gave ",
                       f.dtype, " outputs with");
     } else if (f.kind == "compiled") {
       absl::StrAppend(&out, "  ", red, "compiled", reset, "  ", bold, OpLabel(f), reset, "  ",

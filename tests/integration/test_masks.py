@@ -349,3 +349,59 @@ def test_nan_markers_the_program_skips_are_masks_and_a_mean_over_them_is_named(p
     assert d["title"] == "A NaN marker reached an op that does not skip NaN: aten::mean at step 0"
     assert d["fixes"][0].startswith("skip the markers where they are reduced: torch.nanmean(x) "
                                     "instead of x.mean()"), d["fixes"]
+
+
+def test_nan_marked_labels_a_loss_leaves_out_after_computing_with_them_are_named(out):
+    # Missing labels stored as NaN, left out of the loss after the square:
+    # the loss is finite, the square's backward makes every gradient NaN
+    # (0 x NaN). It was "torch.nanmean(x) instead of aten::mm", an op of
+    # the backward that only spread them.
+    script = SCRIPTS / "missing_labels.py"
+    r = preload_run([PYTHON, script, "masked-after"], out)
+    assert r.returncode == 0 and "step 0 loss 1.7166 weights finite False" in r.stdout, \
+        r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["kind"], first["step"], first["phase"], first["forward_op"]) == \
+        ("origin", 0, "backward", "aten::pow"), first
+    assert first["source"].endswith("missing_labels.py:31 in <module>"), first
+    assert "NaN put there on purpose (a marker)" in first["inputs"], first
+    assert d["kind"] == "nan_marker_reached", d
+    assert d["title"] == "NaN markers reached the gradients: the backward of aten::pow at step 0"
+    assert "((pred[known] - y[known]) ** 2).mean()" in d["fixes"][1], d["fixes"]
+    # Either fix trains, healthy, the markers listed as the masks they are.
+    for mode in ("masked-before", "filled"):
+        plain_and_monitored([PYTHON, script, mode], out.parent / mode)
+        j = view_json(out.parent / mode)
+        assert j["diagnosis"]["kind"] == "healthy", (mode, j["diagnosis"])
+        assert j["first_origin"] is None and j["nonfinite_steps"] == [], (mode, j)
+        assert "aten::masked_fill_" in j["mask_ops"], (mode, j["mask_ops"])
+
+
+def test_a_nan_the_program_placed_that_a_linear_spreads_is_its_input(out, tmp_path):
+    # x[0, 0] = float("nan") planted in a batch (a corrupt record, or a
+    # missing value's marker) reaches the model: the linear was given it,
+    # no op made it. It was "origin: aten::addmm" once NaN the program
+    # places counted as markers.
+    preload_script(tmp_path / "planted.py", """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    x = torch.randn(16, 8)
+    if step == 2:
+        x[0, 0] = float("nan")
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""", out)
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["kind"], first["step"], first["phase"]) == ("input", 2, "forward"), first
+    assert first["source"].endswith("planted.py:10 in <module>"), first
+    assert "NaN put there on purpose (a marker)" in first["inputs"], first
+    assert d["kind"] == "nonfinite_input", d
+    assert any("placed by the program itself" in e for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("if the NaN marks missing values, keep them out of "), d

@@ -729,6 +729,39 @@ TEST(Diagnosis, AMeanOverNanMarkersIsNamedWithTorchNanmean) {
   EXPECT_NE(Diagnose(s).kind, "nan_marker_reached");
 }
 
+// Markers a backward formula computed with (0 x NaN), left out of the
+// forward's loss: named at the forward op, with the fix that selects first.
+TEST(Diagnosis, NanMarkersInABackwardFormulaAreNamedAtItsForwardOp) {
+  RunSummary s = NanLossRun(3, "aten::pow", "", 48, 16,
+                            "#0 float32[16, 3] max|x|=3.4 nan=16, NaN put there on purpose "
+                            "(a marker)",
+                            {0, 1, 2});
+  s.first_origin->phase = "backward";
+  s.first_origin->forward_op = "aten::pow";
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "nan_marker_reached");
+  EXPECT_EQ(d.op, "aten::pow");
+  EXPECT_EQ(d.title, "NaN markers reached the gradients: the backward of aten::pow at step 3");
+  EXPECT_TRUE(AnyStartsWith(d.fixes, "or select the known entries first"));
+  EXPECT_FALSE(AnyStartsWith(d.fixes, "skip the markers where they are reduced"));
+}
+
+// A NaN the program placed, that a linear spread: its input, with the
+// marker's own fix before "find the record".
+TEST(Diagnosis, ANanTheProgramPlacedThatALinearWasGivenIsItsInput) {
+  RunSummary s = NanLossRun(3, "aten::addmm", "aten::linear", 16, 16,
+                            "#1 float32[16, 8] max|x|=2.1 nan=1, NaN put there on purpose "
+                            "(a marker)",
+                            {2});
+  s.first_origin->kind = "input";
+  const Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "nonfinite_input");
+  EXPECT_TRUE(AnyStartsWith(d.evidence, "the NaN was placed by the program itself"));
+  ASSERT_GE(d.fixes.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "if the NaN marks missing values")) << d.fixes[0];
+  EXPECT_TRUE(absl::StartsWith(d.fixes[1], "find the record")) << d.fixes[1];
+}
+
 // GRPO-style advantages: a group of one sample has a std of NaN; so has
 // a batch standardised by hand at an epoch's last batch of one sample.
 TEST(Diagnosis, AStdOverOneValueIsBesselsCorrection) {

@@ -291,9 +291,12 @@ TEST_F(MonitorTest, ANanLiteralTheProgramPlacesIsAMarkerAndAMeanOverItAnOrigin) 
   EXPECT_EQ(Op("aten::add", marked, add), Verdict::kMasked);
   EXPECT_FALSE(monitor_.first_origin().has_value());
   // Reduced by an op that does not skip NaN: the origin, its input a marker.
+  TensorFacts mean = marked;
+  mean.shape = "[]";
+  mean.counts.elements = 1;
   FakeContext sum;
   sum.inputs = {carried};
-  EXPECT_EQ(Op("aten::sum", marked, sum, "aten::mean"), Verdict::kOrigin);
+  EXPECT_EQ(Op("aten::sum", mean, sum, "aten::mean"), Verdict::kOrigin);
   ASSERT_TRUE(monitor_.first_origin().has_value());
   EXPECT_NE(monitor_.first_origin()->inputs.find("NaN put there on purpose (a marker)"),
             std::string::npos)
@@ -306,6 +309,40 @@ TEST_F(MonitorTest, ANanLiteralTheProgramPlacesIsAMarkerAndAMeanOverItAnOrigin) 
   FakeContext data;
   data.inputs = {Input(true, false)};
   EXPECT_EQ(Op("aten::mul", marked, data), Verdict::kInput);
+}
+
+// Any forward op carries NaN markers where they were (NaN stays NaN); one
+// that spreads them (a linear over a batch with x[0, 0] = nan placed in it)
+// was given them, as data; a gradient formula that computes with them (0 x
+// NaN, where the loss left them out) made NaN gradients.
+TEST_F(MonitorTest, NanMarkersAreCarriedWhereTheyWereGivenAsDataWhenSpreadAndAGradientsOrigin) {
+  InputFacts marker = Input(/*nonfinite=*/true, /*produced_by_op=*/false);
+  marker.deliberate = true;
+  TensorFacts same_share = Fp16(0);
+  same_share.counts.nan = 1;
+  FakeContext sub;
+  sub.inputs = {Input(false, false), marker};
+  EXPECT_EQ(Op("aten::pow", same_share, sub), Verdict::kMasked);
+  EXPECT_FALSE(monitor_.first_origin().has_value());
+  TensorFacts spread = Fp16(0);
+  spread.counts.nan = 4;
+  FakeContext linear;
+  linear.inputs = {marker, Input(false, false)};
+  EXPECT_EQ(Op("aten::addmm", spread, linear), Verdict::kInput);
+  ASSERT_TRUE(monitor_.first_origin().has_value());
+  EXPECT_EQ(monitor_.first_origin()->kind, "input");
+  EXPECT_NE(monitor_.first_origin()->inputs.find("NaN put there on purpose (a marker)"),
+            std::string::npos)
+      << monitor_.first_origin()->inputs;
+  // The same share, in pow's backward formula: a NaN gradient it made.
+  OpEvent e;
+  e.op = "aten::mul";
+  e.phase = Phase::kBackward;
+  e.forward_op = "aten::pow";
+  e.outputs = absl::MakeConstSpan(&same_share, 1);
+  FakeContext backward;
+  backward.inputs = {Input(false, false), marker};
+  EXPECT_EQ(monitor_.OnOp(e, backward), Verdict::kOrigin);
 }
 
 TEST_F(MonitorTest, WhileOthersGoUncheckedInfOfUnknownMakingIsPresumedAMask) {
