@@ -663,6 +663,12 @@ bool IsGradientFormula(const OpEvent& e) {
   return e.phase == Phase::kBackward && !e.forward_op.empty();
 }
 
+// An input holding NaN markers whose counts were read: a GPU input's are
+// a placeholder.
+bool HostReadMarkers(const InputFacts& in) {
+  return in.deliberate && !in.on_device && in.counts.nan != 0;
+}
+
 }  // namespace
 
 bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
@@ -677,18 +683,12 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
     // NaN in, NaN out where they were: any op carries a marker (NaN stays
     // NaN), where few carry a -inf mask (a square makes it +inf). A larger
     // share of NaN than its markers held (a mean, a matmul that mixes them
-    // into every entry) is NaN the op made of them.
-    // Ops that move values carry them however they gather them (the
-    // markers of a batch's absent classes, indexed out).
+    // into every entry) is NaN the op made of them, unless the op only
+    // moves values (the markers of a batch's absent classes, indexed out).
+    // On a GPU no input is read: the ops that carry masks carry them.
     if (total.posinf == 0 && total.neginf == 0) {
       if (NanShareNoLarger(total, inputs) || MovesValues(e.op)) return true;
-      // Read on the host, the markers were spread. On a GPU no input is
-      // read: the ops that carry masks carry them.
-      if (std::any_of(inputs.begin(), inputs.end(), [](const InputFacts& in) {
-            return in.deliberate && !in.on_device && in.counts.nan != 0;
-          })) {
-        return false;
-      }
+      if (std::any_of(inputs.begin(), inputs.end(), HostReadMarkers)) return false;
     }
   }
   // A composite op's ±inf are masks still when its nested ops were judged
@@ -731,8 +731,7 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
 
 bool Monitor::NanShareNoLarger(const CheckCounts& total, const std::vector<InputFacts>& inputs) {
   for (const InputFacts& in : inputs) {
-    // Read on the host: a GPU input's counts are a placeholder.
-    if (!in.deliberate || in.on_device || in.counts.elements == 0 || in.counts.nan == 0) continue;
+    if (!HostReadMarkers(in)) continue;
     if (static_cast<double>(total.nan) * static_cast<double>(in.counts.elements) <=
         static_cast<double>(in.counts.nan) * static_cast<double>(total.elements)) {
       return true;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/check_limits.h"
+#include "core/op_policy.h"
 #include "viewer/diagnosis_growth.h"
 
 namespace nanhunt {
@@ -312,9 +313,7 @@ std::optional<Diagnosis> NanMarkerReached(const FindingRow& f) {
       " does not skip NaN as torch.nanmean, torch.nansum and torch.nan_to_num do: the marker "
       "became the NaN the rest of the step computes with"));
   d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
-  const bool twin_named = method == "sum" || method == "mean" || method == "median" ||
-                          method == "quantile";
-  d.fixes.push_back(twin_named
+  d.fixes.push_back(HasNanSkippingTwin(op)
                         ? absl::StrCat("skip the markers where they are reduced: torch.nan",
                                        method, "(x) instead of x.", method,
                                        "(), or torch.nan_to_num(x, nan=0.0) before it")
