@@ -782,6 +782,9 @@ bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
     case OwnZeroDivision::kNanOnly:
       if (!nan_only) return false;
       break;
+    case OwnZeroDivision::kNegInfOnly:
+      if (total.neginf == 0 || total.nan != 0 || total.posinf != 0) return false;
+      break;
     case OwnZeroDivision::kAnyWide:
       if (!nan_only && !std::all_of(e.outputs.begin(), e.outputs.end(), [](const TensorFacts& t) {
             return t.format == Format::kF32 || t.format == Format::kF64;

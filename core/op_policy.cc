@@ -109,7 +109,16 @@ bool HasNanSkippingTwin(absl::string_view op) {
   return Named(kOps, op);
 }
 
+bool IsTensorPower(absl::string_view forward_op) {
+  static constexpr absl::string_view kOps[] = {"aten::pow", "aten::pow_", "aten::float_power",
+                                               "aten::float_power_"};
+  return Named(kOps, forward_op);
+}
+
 OwnZeroDivision FormulasOwnZeroDivision(absl::string_view forward_op) {
+  // A tensor exponent's gradient, x ** y * log(x): 0 * -inf is NaN (or
+  // 1 * -inf at y = 0), which where(x == 0 & y >= 0, 0, ...) drops.
+  if (IsTensorPower(forward_op)) return OwnZeroDivision::kAnyWide;
   // Their formulas divide 0 by 0 at the masked entries.
   static constexpr absl::string_view kZeroByZero[] = {"aten::sinc", "aten::angle"};
   // Theirs divide a gradient by 0 there too (a norm's of p != 2, a std's
@@ -129,6 +138,11 @@ OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
   // where x == 0.
   static constexpr absl::string_view kNorms[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::linalg_norm", "aten::dist"};
+  // The log(0) of a tensor exponent's gradient (pow_backward_exponent).
+  if (op == "aten::log" && IsTensorPower(forward_op)) return OwnZeroDivision::kNegInfOnly;
+  // Power's own formula divides nothing: a division in its backward is not
+  // one of those above.
+  if (IsTensorPower(forward_op)) return OwnZeroDivision::kNone;
   const bool divides = op == "aten::div" || op == "aten::div_" ||
                        ((op == "aten::pow" || op == "aten::pow_") && Named(kNorms, forward_op)) ||
                        (op == "aten::reciprocal" && forward_op == "aten::atan2");

@@ -106,8 +106,12 @@ bool HasNanSkippingTwin(absl::string_view op);
 //   x)'s diagonal;
 // - a cumulative product's (cumprod_backward: a reversed cumulative sum
 //   divided by the input, kept only before its first zero), at a zero
-//   factor: an opaque sample in volume rendering's transmittance.
-// What comes out of that division (or negative power, or reciprocal) in
+//   factor: an opaque sample in volume rendering's transmittance;
+// - a tensor exponent's (pow_backward_exponent: `where(x == 0 & y >= 0, 0,
+//   result * log(x))`), at a zero base: GeM pooling's learned p over a
+//   ReLU's zeros. Where y < 0 the forward's 0 ** y is +inf already, an
+//   origin, and the product it gives is that inf's, not this formula's.
+// What comes out of that division (or negative power, reciprocal, log) in
 // the backward of those ops, of finite inputs, and is the function's own,
 // masked right after in every healthy run that has such a zero:
 enum class OwnZeroDivision {
@@ -120,12 +124,17 @@ enum class OwnZeroDivision {
   // there (1e-38) does not come about but at 0. In fp16 and bf16, where it
   // does (a std of fp16 values), NaN alone.
   kAnyWide,
+  // -inf alone, in any format: log(0). Its NaN is a negative number's log,
+  // which nothing masks.
+  kNegInfOnly,
 };
 OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
                                                absl::string_view forward_op);
 // What the backward formula of `forward_op` makes of its own at a zero, in
 // whichever of its ops carries it to the mask (sinc's `* pi`).
 OwnZeroDivision FormulasOwnZeroDivision(absl::string_view forward_op);
+// x ** y, whose backward takes log(x) for a tensor exponent y.
+bool IsTensorPower(absl::string_view forward_op);
 // The same in a forward op's own nested ops, masked before it returns:
 // torch.linalg.pinv's reciprocal of its zero singular values.
 bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op);

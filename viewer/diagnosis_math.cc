@@ -429,12 +429,32 @@ const SteepPoint kSteepPoints[] = {
      "is where the derivative is infinite"},
 };
 
+// Whether `f` is the log in the gradient of a tensor exponent, d(x ** y)/dy
+// = x ** y * log(x), made NaN: a negative base's log. (torch drops the
+// -inf of a zero base itself, where y >= 0.)
+bool NegativeBaseOfLearnedExponent(const FindingRow& f) {
+  return f.phase == "backward" && f.nan > 0 && absl::StripSuffix(f.op, "_") == "aten::log" &&
+         IsTensorPower(f.forward_op);
+}
+
+constexpr absl::string_view kNegativeBaseCause =
+    "the gradient of a tensor exponent, d(x ** p)/dp = x ** p * log(x), is NaN wherever the "
+    "base x is negative (the log of a negative number), even where x ** p itself was finite "
+    "(a whole-number p, a square of signed values): a learned exponent (GeM pooling's p, a "
+    "learned power or gamma) over a base that can be negative";
+constexpr absl::string_view kNegativeBaseFix =
+    "keep the base positive before a learned exponent: x.clamp(min=eps) ** p, as GeM "
+    "pooling does (eps 1e-6), or F.relu(x) before it; for signed values, x.sign() * "
+    "x.abs().clamp_min(eps) ** p; or p.detach() if the exponent need not learn";
+
 // The function `f` is the backward of when it is one of kSteepPoints and
 // `f` made inf/NaN there, with inputs too small to have overflowed: its
 // derivative at that point times the incoming gradient (a zero gradient gives 0 / 0,
 // NaN; another one ±inf). Null otherwise.
 const SteepPoint* SteepPointGradient(const FindingRow& f) {
   if (f.phase != "backward" || (f.nan == 0 && f.posinf == 0 && f.neginf == 0)) return nullptr;
+  // The exponent's gradient, not the base's.
+  if (NegativeBaseOfLearnedExponent(f)) return nullptr;
   const std::optional<double> largest = LargestFiniteInput(f);
   if (largest && *largest > kFp32SquareLimit) return nullptr;
   for (const SteepPoint& steep : kSteepPoints) {
@@ -574,9 +594,11 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
   d.evidence.push_back(WhatItGave(f));
   // The division is the square root's derivative, not one of the program's.
   const SteepPoint* steep = SteepPointGradient(f);
-  const Singularity* singular = steep != nullptr ? nullptr : SingularityOf(f);
+  const bool negative_base = NegativeBaseOfLearnedExponent(f);
+  const Singularity* singular = steep != nullptr || negative_base ? nullptr : SingularityOf(f);
   if (singular != nullptr) d.evidence.push_back(singular->cause);
   if (steep != nullptr) d.evidence.push_back(SteepPointCause(*steep, f));
+  if (negative_base) d.evidence.push_back(std::string(kNegativeBaseCause));
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
   d.evidence.push_back(absl::StrCat(
       "in ", s.nonfinite_steps.size(), " of ", s.steps,
@@ -588,7 +610,8 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
       "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise stops at the "
       "first): ";
   d.fixes.push_back(
-      steep != nullptr ? absl::StrCat(kHarmless, steep->fix)
+      steep != nullptr    ? absl::StrCat(kHarmless, steep->fix)
+      : negative_base     ? absl::StrCat(kHarmless, kNegativeBaseFix)
       : singular != nullptr && singular->when_dropped != nullptr
           ? std::string(singular->when_dropped)
           : absl::StrCat(kHarmless,
@@ -602,10 +625,11 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
   const SteepPoint* steep = SteepPointGradient(f);
   const RepeatedValuesGradient* repeated = steep != nullptr ? nullptr : RepeatedValuesGradientOf(f);
+  const bool negative_base = NegativeBaseOfLearnedExponent(f);
   // The division is the square root's derivative, or the decomposition's
-  // formula, not one of the program's.
+  // formula, the log a power's, not one of the program's.
   const Singularity* singular =
-      steep != nullptr || repeated != nullptr ? nullptr : SingularityOf(f);
+      steep != nullptr || repeated != nullptr || negative_base ? nullptr : SingularityOf(f);
   const std::string no_overflow = NoOverflowWithoutRecomputation(singular, f);
   if (!recomputed_non_finite && !wide && no_overflow.empty()) return std::nullopt;
   Diagnosis d;
@@ -697,6 +721,10 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   if (repeated != nullptr) {
     d.evidence.push_back(repeated->cause);
     d.fixes.push_back(repeated->fix);
+  }
+  if (negative_base) {
+    d.evidence.push_back(std::string(kNegativeBaseCause));
+    d.fixes.push_back(std::string(kNegativeBaseFix));
   }
   const bool mean_over_nothing = MeanOverNothing(f);
   if (mean_over_nothing) {

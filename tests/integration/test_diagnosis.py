@@ -349,13 +349,41 @@ def test_ops_that_torch_keeps_finite_at_edge_values_make_no_finding(out):
     cases = re.findall(r"^CASE (\S+) loss_finite (\S+) grad_finite (\S+)$", plain.stdout, re.M)
     healthy = [name for name, loss, grad in cases if loss == grad == "True"]
     assert len(cases) > 130 and len(healthy) > 100, plain.stdout
-    # Known: x ** y of a tensor y at x = 0. Its backward's log(0) = -inf is
-    # masked where y >= 0, and not where y < 0 (torch's -inf gradient): a
-    # -inf carried on to the mask cannot be told from one carried past it.
-    assert "pow_t" in healthy
+    # Known: x ** y of a tensor y at x = y = 0. The base's gradient, y * x
+    # ** (y - 1), is 0 * inf there, masked where y == 0 and not where 0 < y
+    # < 1 (a steep point): an inf carried on to the mask cannot be told
+    # from one carried past it. (The exponent's, log(0), is pow_t1's.)
+    assert "pow_t" in healthy and "pow_t1" in healthy
     healthy.remove("pow_t")
     plain_and_monitored([PYTHON, script, *healthy], out)
     assert_no_finding(view_json(out), "Healthy")  # a first origin's line names its case
+
+
+def test_a_learned_exponents_log_of_zero_is_torchs_own_and_its_log_of_a_negative_named(out):
+    # GeM pooling's learned p over a ReLU's zeros: the gradient of p, x ** p
+    # * log(x), is -inf then NaN at each zero before torch's where drops
+    # it. Every step was "!" under "origin aten::log (backward)", said to
+    # be pow's derivative at 0 "with an exponent below 1" (p is 3).
+    script = SCRIPTS / "gem_pooling.py"
+    for healthy in ("relu", "clamped"):
+        plain_and_monitored([PYTHON, script, healthy], out.parent / healthy)
+        j = view_json(out.parent / healthy)
+        assert_no_finding(j, "Healthy: no non-finite values")
+        assert j["nonfinite_steps"] == [], (healthy, j["nonfinite_steps"])
+    # Without the ReLU, p = 2 keeps x ** p finite and log(x) of a negative
+    # x makes p's gradient NaN: that log, with the exponent's fix, not the
+    # base's (an exponent of 1 or more) nor a log's (stay in log space).
+    r = preload_run([PYTHON, script, "signed"], out)
+    assert r.returncode == 0 and "step 0 loss 2.35868 p nan" in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["phase"], first["step"], first["forward_op"]) == (
+        "aten::log", "backward", 0, "aten::pow"), first
+    assert d["kind"] == "invalid_math", d
+    evidence = " ".join(d["evidence"])
+    assert "d(x ** p)/dp = x ** p * log(x), is NaN wherever the base x is negative" in evidence, d
+    assert "exponent below 1" not in evidence and "log space" not in " ".join(d["fixes"]), d
+    assert d["fixes"][0].startswith("keep the base positive before a learned exponent"), d
 
 
 def nan_origin_diagnosis(out, op, step, line):

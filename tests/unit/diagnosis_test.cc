@@ -813,6 +813,35 @@ TEST(Diagnosis, AFractionalPowersInfiniteGradientAtZeroIsItsDerivative) {
   ExpectInvalidMath(s, "an input reached |x| = 1e+30", "clip gradients");
 }
 
+// GeM pooling's learned p over signed features: the gradient of p, x ** p *
+// log(x), is NaN at each negative x. It was said to be pow's derivative at
+// 0 "with an exponent below 1", and a log's "stay in log space".
+TEST(Diagnosis, ALearnedExponentsNanGradientOverANegativeBaseIsItsLog) {
+  RunSummary s;
+  s.steps = 4;
+  s.first_origin = NanGradient("aten::pow", 0, 36799, 73728);
+  s.first_origin->op = "aten::log";
+  s.first_origin->inputs = "#0 float32[8, 16, 24, 24] max|x|=4.45534";
+  s.nonfinite_steps = s.nonfinite_steps_kept = {0, 1, 2, 3};
+  ExpectInvalidMath(s, "the gradient of a tensor exponent, d(x ** p)/dp = x ** p * log(x)",
+                    "keep the base positive before a learned exponent");
+  const Diagnosis d = Diagnose(s);
+  for (const std::string& e : d.evidence) {
+    EXPECT_FALSE(absl::StrContains(e, "exponent below 1")) << e;
+    EXPECT_FALSE(absl::StartsWith(e, "a logarithm of 0")) << e;
+  }
+  // Dropped before any weight: healthy, with the same way to stop it.
+  s.nonfinite_steps_kept.clear();
+  const Diagnosis dropped = Diagnose(s);
+  ASSERT_EQ(dropped.kind, "healthy");
+  EXPECT_TRUE(AnyStartsWith(dropped.evidence, "the gradient of a tensor exponent"))
+      << ::testing::PrintToString(dropped.evidence);
+  EXPECT_TRUE(absl::StrContains(dropped.fixes[0], "x.clamp(min=eps) ** p")) << dropped.fixes[0];
+  // The base's gradient, a pow in pow's backward, keeps its steep point.
+  s.first_origin->op = "aten::pow";
+  EXPECT_TRUE(AnyStartsWith(Diagnose(s).evidence, "the derivative of aten::pow at 0"));
+}
+
 // ArcFace's acos of a cosine of exactly 1 (an fp16 cosine within 2.4e-4 of
 // 1 rounds there): acos is 0, its derivative -1 / sqrt(1 - x^2) infinite,
 // which rsqrt's backward computes. Not the program's division.

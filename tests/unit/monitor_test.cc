@@ -716,6 +716,54 @@ TEST_F(MonitorTest, AnOpOfTheFormulaCarryingItsOwnMaskedNaNIsTheFormulas) {
   EXPECT_FALSE(monitor_.first_origin());
 }
 
+// An fp32 output with these counts of NaN and -inf.
+TensorFacts Fp32NonFinite(uint64_t nan, uint64_t neginf) {
+  TensorFacts t = Fp16(0);
+  t.format = Format::kF32;
+  t.counts.nan = nan;
+  t.counts.neginf = neginf;
+  return t;
+}
+
+// A tensor exponent's gradient, where(x == 0 & y >= 0, 0, x ** y * log(x)):
+// log(0) is -inf and 0 * -inf NaN before the where (GeM pooling's learned
+// p over a ReLU's zeros), the formula's own. A log's NaN (a negative base)
+// is unmasked, an origin; as are the log of another backward and a
+// division in pow's.
+TEST_F(MonitorTest, ATensorExponentsLogOfAZeroBaseIsItsFormulasOwn) {
+  FakeContext ctx;
+  const TensorFacts neginf = Fp32NonFinite(0, 3);
+  const TensorFacts nan = Fp32NonFinite(3, 0);
+  const TensorFacts both = Fp32NonFinite(2, 3);
+  const auto backward = [&](const char* op, const char* forward_op, const TensorFacts& out) {
+    ctx.inputs = {Input(false, true)};
+    return OnBackwardOp(monitor_, ctx, op, forward_op, out);
+  };
+  for (const char* forward_op : {"aten::pow", "aten::pow_", "aten::float_power"}) {
+    EXPECT_EQ(backward("aten::log", forward_op, neginf), Verdict::kOwnMasked) << forward_op;
+  }
+  TensorFacts fp16_neginf = neginf;
+  fp16_neginf.format = Format::kF16;
+  EXPECT_EQ(backward("aten::log", "aten::pow", fp16_neginf), Verdict::kOwnMasked)
+      << "log(0) is -inf in every format";
+  EXPECT_EQ(monitor_.findings(), 0);
+  // The product with x ** y carries it to the where.
+  InputFacts own = Input(true, false);
+  own.own_masked = true;
+  ctx.inputs = {Input(false, true), own};
+  EXPECT_EQ(OnBackwardOp(monitor_, ctx, "aten::mul", "aten::pow", nan), Verdict::kOwnMasked);
+  // x ** y was +inf already (0 ** y for y < 0: the forward's origin).
+  ctx.inputs = {Input(true, true), own};
+  EXPECT_EQ(OnBackwardOp(monitor_, ctx, "aten::mul", "aten::pow", nan), Verdict::kPropagated);
+  EXPECT_EQ(monitor_.findings(), 1);
+  EXPECT_EQ(backward("aten::log", "aten::pow", nan), Verdict::kOrigin) << "a negative base";
+  EXPECT_EQ(backward("aten::log", "aten::pow", both), Verdict::kOrigin);
+  EXPECT_EQ(backward("aten::log", "aten::log_softmax", neginf), Verdict::kOrigin);
+  EXPECT_EQ(backward("aten::div", "aten::pow", nan), Verdict::kOrigin);
+  EXPECT_EQ(backward("aten::pow", "aten::pow", neginf), Verdict::kOrigin)
+      << "the base's x ** (y - 1), masked only where y == 0";
+}
+
 // torch.finfo(torch.float32).min in fp32: 0x7F7FFFFF, past fp16's range.
 TensorFacts Fp32MaskConstants() {
   TensorFacts t;

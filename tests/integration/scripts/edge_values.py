@@ -76,6 +76,7 @@ cases = {
     'pow0.5': lambda: Z().pow(0.5),
     'pow0': lambda: Z().pow(0),
     'pow_t': lambda: Z().pow(Z()),
+    'pow_t1': lambda: Z().pow(Z() + 1),
     'xlogy': lambda: torch.xlogy(Z(), Z()),
     'xlog1py': lambda: torch.special.xlog1py(Z(), Z() - 1),
     'entr': lambda: torch.special.entr(Z()),
