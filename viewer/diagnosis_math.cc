@@ -39,6 +39,12 @@ struct Singularity {
   bool takes_probabilities = false;
 };
 
+constexpr char kAcoshFix[] =
+    "clamp the argument at 1 + eps before the acosh, torch.acosh(z.clamp_min(1 + 1e-5)) "
+    "(1 + 1e-3 in fp16), as hyperbolic libraries do (geoopt): acosh's derivative at 1 is "
+    "infinite, so the clamp must come before it, and masking the distances of a point to "
+    "itself after it leaves their gradient NaN";
+
 const Singularity kSingularities[] = {
     {{"aten::log", "aten::log2", "aten::log10", "aten::log1p", "aten::xlogy"},
      "a logarithm of 0 is -inf, of a negative number NaN",
@@ -140,10 +146,24 @@ const Singularity kSingularities[] = {
      "keep its argument inside the open interval: x.clamp(-1 + 1e-6, 1 - 1e-6) before "
      "erfinv, p.clamp(1e-6, 1 - 1e-6) before ndtri",
      {}, nullptr, false, /*takes_probabilities=*/true},
-    {{"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"},
-     "these functions are NaN outside their domain (acos/asin outside [-1, 1])",
+    {{"aten::acos", "aten::asin"},
+     "acos and asin are NaN outside [-1, 1] (a cosine computed by hand, a dot product of "
+     "normalised vectors, rounds past ±1)",
      "clamp the argument into the domain (x.clamp(-1 + eps, 1 - eps))",
-     {"aten::acos", "aten::asin", "aten::atanh", "aten::acosh"}},
+     {"aten::acos", "aten::asin"}},
+    {{"aten::acosh"},
+     "acosh is NaN below 1: a hyperbolic distance, acosh(-<x, y>) on the hyperboloid or acosh(1 "
+     "+ 2|u - v|^2 / ((1 - |u|^2)(1 - |v|^2))) in the Poincare ball, is acosh of 1 for a point "
+     "and itself (a distance matrix's diagonal, a batch's repeated items), which rounding puts "
+     "below 1",
+     kAcoshFix,
+     {"aten::acosh"}},
+    {{"aten::atanh"},
+     "atanh is ±inf at ±1 and NaN beyond: the Poincare ball's distance and exponential maps "
+     "take artanh of a norm, which reaches 1 where a point rounds onto the ball's boundary",
+     "keep the argument inside (-1, 1): x.clamp(-1 + 1e-5, 1 - 1e-5) before atanh (1e-3 in "
+     "fp16), and project the points back into the ball after each update, x * (1 - 1e-5) / "
+     "x.norm(dim=-1, keepdim=True).clamp_min(1 - 1e-5), as geoopt's PoincareBall does"},
 };
 
 const Singularity* SingularityOf(const FindingRow& f) {
@@ -420,6 +440,12 @@ const SteepPoint kSteepPoints[] = {
      "keep the base off 0 before the power: x.clamp_min(eps) ** e (a focal loss's "
      "(1 - p).clamp_min(eps) ** gamma), or an exponent of 1 or more, whose derivative "
      "at 0 is finite"},
+    {{"aten::acosh"},
+     "1",
+     "an inverse hyperbolic cosine's, 1 / sqrt(x^2 - 1): a hyperbolic distance between a "
+     "point and itself (a distance matrix's diagonal, a batch's repeated items), whose "
+     "argument is exactly 1",
+     kAcoshFix},
     {{"aten::acos", "aten::asin"},
      "±1",
      "an arc cosine's or arc sine's, -1 / sqrt(1 - x^2): ArcFace's or an angular loss's "

@@ -386,6 +386,28 @@ def test_a_learned_exponents_log_of_zero_is_torchs_own_and_its_log_of_a_negative
     assert d["fixes"][0].startswith("keep the base positive before a learned exponent"), d
 
 
+@pytest.mark.parametrize("mode, op, evidence", [
+    ("lorentz", "aten::acosh", "acosh is NaN below 1: a hyperbolic distance"),
+    ("poincare", "aten::rsqrt", "the derivative of aten::acosh at 1 is infinite")])
+def test_a_hyperbolic_distance_of_a_point_and_itself_is_acoshs_at_one(mode, op, evidence, out):
+    # A distance matrix's diagonal, acosh of 1: rounded below 1 (NaN), or
+    # exactly 1 (an infinite derivative). The first was told to clamp into
+    # [-1 + eps, 1 - eps], acos's domain, where acosh is NaN everywhere; the
+    # second to keep a denominator away from 0, F.normalize.
+    script = SCRIPTS / "hyperbolic_distances.py"
+    r = preload_run([PYTHON, script, mode], out)
+    assert r.returncode == 0 and "weights finite False" in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["step"], d["kind"]) == (op, 0, "invalid_math"), (first, d)
+    assert any(e.startswith(evidence) for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("clamp the argument at 1 + eps before the acosh"), d["fixes"]
+    assert not any("1 - eps" in f or "denominator" in f for f in d["fixes"]), d["fixes"]
+    # The fix, as the view gives it: healthy.
+    plain_and_monitored([PYTHON, script, "clamped"], out.parent / "clamped")
+    assert_no_finding(view_json(out.parent / "clamped"), "Healthy: no non-finite values")
+
+
 def nan_origin_diagnosis(out, op, step, line):
     """The view of `out` names forward op `op` at `step` and `line` as the
     first origin, of one NaN. Returns its diagnosis and its evidence as

@@ -842,6 +842,27 @@ TEST(Diagnosis, ALearnedExponentsNanGradientOverANegativeBaseIsItsLog) {
   EXPECT_TRUE(AnyStartsWith(Diagnose(s).evidence, "the derivative of aten::pow at 0"));
 }
 
+// Hyperbolic embeddings' distance of a point and itself: acosh of 1, or
+// of a value rounded below it. acos's domain, [-1, 1], is acosh's NaN.
+TEST(Diagnosis, AnAcoshAtOrBelowOneIsAHyperbolicDistancesNotAcossDomain) {
+  RunSummary nan_run = NanLossRun(4, "aten::acosh", "", 256, 10, "#0 float32[16, 16] max|x|=2.6", {0});
+  ExpectInvalidMath(nan_run, "acosh is NaN below 1", "torch.acosh(z.clamp_min(1 + 1e-5))");
+  RunSummary s = InfiniteGradientAtStep2("aten::rsqrt", "aten::acosh", 22, 256,
+                                         "#0 float32[16, 16] max|x|=0.14");
+  ExpectInvalidMath(s, "the derivative of aten::acosh at 1 is infinite",
+                    "torch.acosh(z.clamp_min(1 + 1e-5))");
+  for (const RunSummary& run : {nan_run, s}) {
+    for (const std::string& f : Diagnose(run).fixes) {
+      EXPECT_FALSE(absl::StrContains(f, "1 - eps")) << f;
+      EXPECT_FALSE(absl::StrContains(f, "denominator")) << f;
+    }
+  }
+  // atanh at ±1 is infinite: the Poincare ball's boundary.
+  RunSummary atanh = NanLossRun(4, "aten::atanh", "", 16, 0, "#0 float32[16] max|x|=1", {1});
+  atanh.first_origin->posinf = 1;
+  ExpectInvalidMath(atanh, "atanh is ±inf at ±1", "x.clamp(-1 + 1e-5, 1 - 1e-5) before atanh");
+}
+
 // ArcFace's acos of a cosine of exactly 1 (an fp16 cosine within 2.4e-4 of
 // 1 rounds there): acos is 0, its derivative -1 / sqrt(1 - x^2) infinite,
 // which rsqrt's backward computes. Not the program's division.
