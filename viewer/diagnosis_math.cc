@@ -53,6 +53,15 @@ const Singularity kSingularities[] = {
      "torch.logsumexp",
      {"aten::log", "aten::log2", "aten::log10", "aten::log1p"}, nullptr, false,
      /*takes_probabilities=*/true},
+    // pow's +inf is a square past 65504: an overflow, not this; rsqrt's is a
+    // division by 0 (below), its NaN a negative argument's.
+    {{"aten::sqrt", "aten::pow", "aten::float_power", "aten::rsqrt"},
+     "a square root or fractional power of a negative number is NaN (a variance "
+     "computed by hand as E[x^2] - E[x]^2 can come out negative, and an eps added to it "
+     "does not lift it back to 0)",
+     "clamp the argument at 0 (x.clamp_min(0)), or use torch.var, torch.std, "
+     "F.layer_norm, which compute it stably (they subtract the mean first)",
+     {"aten::sqrt", "aten::rsqrt"}, nullptr, /*only_nan=*/true},
     {{"aten::div", "aten::div_", "aten::reciprocal", "aten::rsqrt", "aten::true_divide",
       "aten::remainder", "aten::fmod"},
      "a division by 0 is inf (0/0 is NaN)",
@@ -63,13 +72,6 @@ const Singularity kSingularities[] = {
      "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise stops at the "
      "first): keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps)), or "
      "mask the entries where it is 0 before the division, not after"},
-    // pow's +inf is a square past 65504: an overflow, not this.
-    {{"aten::sqrt", "aten::pow", "aten::float_power"},
-     "a square root or fractional power of a negative number is NaN (a variance "
-     "computed by hand as E[x^2] - E[x]^2 can come out negative)",
-     "clamp the argument at 0 (x.clamp_min(0)), or use torch.var, torch.std, "
-     "F.layer_norm, which compute it stably",
-     {"aten::sqrt"}, nullptr, /*only_nan=*/true},
     {{"aten::exp", "aten::exp2", "aten::expm1", "aten::sinh", "aten::cosh"},
      "exp passes even fp32's range from about 88.7 on",
      "subtract the maximum first, as torch.logsumexp, F.softmax and "

@@ -541,6 +541,22 @@ def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     assert "torch.var" in " ".join(d["fixes"])
 
 
+def test_an_rsqrt_of_a_negative_variance_by_hand_is_a_square_roots_not_a_division(out):
+    # A layer norm by hand, E[h^2] - E[h]^2 + eps, negative in rows of a
+    # large offset: rsqrt's NaN. It was "a division by 0 ... keep the
+    # denominator away from 0 (x / (d + eps)", which the program does.
+    script = SCRIPTS / "layer_norm_by_hand.py"
+    r = preload_run([PYTHON, script, "by-hand"], out)
+    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
+    d = view_json(out)["diagnosis"]
+    assert (d["kind"], d["op"]) == ("invalid_math", "aten::rsqrt"), d
+    assert any("E[x^2] - E[x]^2 can come out negative" in e for e in d["evidence"]), d
+    assert not any(e.startswith("a division by 0") for e in d["evidence"]), d["evidence"]
+    assert "torch.var" in d["fixes"][0] and "denominator" not in d["fixes"][0], d["fixes"]
+    plain_and_monitored([PYTHON, script, "var"], out.parent / "var")
+    assert_no_finding(view_json(out.parent / "var"), "Healthy")
+
+
 @pytest.mark.parametrize("mode,weights,statistic", [
     ("dropped", True, True), ("leak", False, True), ("buffer", True, False),
     ("kept", True, True), ("checked", True, True)])

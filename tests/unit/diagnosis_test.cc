@@ -842,6 +842,17 @@ TEST(Diagnosis, ALearnedExponentsNanGradientOverANegativeBaseIsItsLog) {
   EXPECT_TRUE(AnyStartsWith(Diagnose(s).evidence, "the derivative of aten::pow at 0"));
 }
 
+// rsqrt's NaN is a negative argument's (a variance by hand, E[x^2] -
+// E[x]^2 + eps); its +inf a division by 0.
+TEST(Diagnosis, AnRsqrtsNanIsANegativeArgumentsAndItsInfAZeroOnes) {
+  RunSummary s = NanLossRun(4, "aten::rsqrt", "", 32, 10, "#0 float32[32, 1] max|x|=2.99999", {0});
+  ExpectInvalidMath(s, "a square root or fractional power of a negative number is NaN",
+                    "torch.var");
+  s.first_origin->nan = 0;
+  s.first_origin->posinf = 10;
+  ExpectInvalidMath(s, "a division by 0 is inf", "keep the denominator away from 0");
+}
+
 // Hyperbolic embeddings' distance of a point and itself: acosh of 1, or
 // of a value rounded below it. acos's domain, [-1, 1], is acosh's NaN.
 TEST(Diagnosis, AnAcoshAtOrBelowOneIsAHyperbolicDistancesNotAcossDomain) {
