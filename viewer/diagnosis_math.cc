@@ -46,13 +46,22 @@ constexpr char kAcoshFix[] =
     "itself after it leaves their gradient NaN";
 
 const Singularity kSingularities[] = {
-    {{"aten::log", "aten::log2", "aten::log10", "aten::log1p", "aten::xlogy"},
+    {{"aten::log", "aten::log2", "aten::log10", "aten::xlogy"},
      "a logarithm of 0 is -inf, of a negative number NaN",
      "clamp the argument away from 0 (x.clamp_min(eps)), or stay in log space: "
      "F.logsigmoid, F.binary_cross_entropy_with_logits, F.log_softmax, "
      "torch.logsumexp",
-     {"aten::log", "aten::log2", "aten::log10", "aten::log1p"}, nullptr, false,
+     {"aten::log", "aten::log2", "aten::log10"}, nullptr, false,
      /*takes_probabilities=*/true},
+    // Its edge is -1: a clamp at eps, a log's fix, would turn log1p(-p) into
+    // log1p(eps) for every p.
+    {{"aten::log1p"},
+     "log1p(x) = log(1 + x) is -inf at x = -1 and NaN below: log(1 - p) written as "
+     "torch.log1p(-p) is -inf where p is exactly 1",
+     "keep the argument above -1: torch.log1p(-p.clamp_max(1 - eps)) (eps 1e-6 in fp32, 1e-3 in fp16, "
+     "whose largest value below 1 is 0.9995), or stay in log space: log(1 - sigmoid(z)) is "
+     "F.logsigmoid(-z), a BCE is F.binary_cross_entropy_with_logits",
+     {"aten::log1p"}, nullptr, false, /*takes_probabilities=*/true},
     // pow's +inf is a square past 65504: an overflow, not this; rsqrt's is a
     // division by 0 (below), its NaN a negative argument's.
     {{"aten::sqrt", "aten::pow", "aten::float_power", "aten::rsqrt"},

@@ -95,6 +95,20 @@ def test_a_bce_by_hand_in_fp16_is_a_probability_rounded_to_1(out):
     assert "x * log(x)" not in evidence, d  # (1 - y) * log(1 - p) keeps -inf where y is 0
 
 
+def test_a_log1p_of_minus_a_probability_of_1_is_kept_above_minus_1_not_clamped_at_eps(out):
+    # torch.log1p(-p) where fp16's sigmoid is exactly 1. It shared log's
+    # fix, "clamp the argument away from 0 (x.clamp_min(eps))": clamping
+    # -p at eps makes every term log1p(eps), a loss that learns nothing.
+    first, d, evidence = diagnosed(out, "bce-log1p", 0)
+    assert (first["op"], first["dtype"], first["step"]) == ("aten::log1p", "float16", 0), first
+    assert "log1p(x) = log(1 + x) is -inf at x = -1" in evidence, d
+    assert "a logarithm of 0" not in evidence, d
+    assert d["fixes"][0].startswith("keep the argument above -1: torch.log1p(-p.clamp_max(1 - eps))")
+    assert "clamp_min(eps)" not in " ".join(d["fixes"]), d["fixes"]
+    plain_and_monitored([PYTHON, SCRIPT, "bce-log1p-clamped"], out.parent / "fixed")
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_an_entropy_by_hand_is_x_log_x_at_zero_and_computed_from_the_logits(out):
     # -(p * p.log()): softmax probabilities of exactly 0, log(0) = -inf,
     # 0 * -inf = NaN. It said "its gradient is NaN: a torch.where or

@@ -842,6 +842,16 @@ TEST(Diagnosis, ALearnedExponentsNanGradientOverANegativeBaseIsItsLog) {
   EXPECT_TRUE(AnyStartsWith(Diagnose(s).evidence, "the derivative of aten::pow at 0"));
 }
 
+// log1p's edge is -1, not 0: log's clamp_min(eps) would make log1p(-p)
+// log1p(eps) for every p.
+TEST(Diagnosis, ALog1pIsKeptAboveMinusOneNotClampedAtEps) {
+  RunSummary s = NanLossRun(3, "aten::log1p", "", 64, 0, "#0 float16[64, 1] max|x|=1", {0});
+  s.first_origin->neginf = 5;
+  ExpectInvalidMath(s, "log1p(x) = log(1 + x) is -inf at x = -1",
+                    "torch.log1p(-p.clamp_max(1 - eps))");
+  for (const std::string& f : Diagnose(s).fixes) EXPECT_FALSE(absl::StrContains(f, "clamp_min"));
+}
+
 // rsqrt's NaN is a negative argument's (a variance by hand, E[x^2] -
 // E[x]^2 + eps); its +inf a division by 0.
 TEST(Diagnosis, AnRsqrtsNanIsANegativeArgumentsAndItsInfAZeroOnes) {

@@ -17,6 +17,10 @@ focal    a focal loss with gamma = 0.5: at step 2 the model is certain,
          p = 1, and (1 - p) ** 0.5 has an infinite derivative at 0
 bce      binary cross-entropy by hand on a .half() model: sigmoid rounds
          to 1 in fp16 from a logit of 8.3, and log(1 - p) is -inf
+bce-log1p
+         the same with F.logsigmoid(z) for log(p) and torch.log1p(-p) for
+         log(1 - p): log1p(-1) is -inf (the fix, p.clamp_max(1 - 1e-3)
+         before it, is MODE bce-log1p-clamped)
 logit    a student regressing a teacher's logits, torch.logit of its soft
          labels: at step 2 a hard label (exactly 1) is among them, whose
          logit is +inf (the fix, torch.logit(p, eps=1e-6), is MODE
@@ -97,14 +101,19 @@ def focal():
         report(step, loss, model.parameters())
 
 
-def bce_by_hand():
+def bce_by_hand(log1p=False, clamped=False):
     model = torch.nn.Linear(8, 1).half()
     opt = torch.optim.SGD(model.parameters(), lr=2.0)
     x = torch.randn(64, 8).half() * 10
     y = (torch.rand(64, 1) > 0.5).half()
     for step in range(3):
-        p = torch.sigmoid(model(x))
-        loss = -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+        z = model(x)
+        p = torch.sigmoid(z)
+        if log1p:
+            loss = -(y * F.logsigmoid(z) + (1 - y) * torch.log1p(
+                -(p.clamp_max(1 - 1e-3) if clamped else p))).mean()
+        else:
+            loss = -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -154,5 +163,7 @@ def negative_binomial(softplus):
  "arcface-fp16": lambda: arcface(False, fp16=True),
  "arcface-fp16-clamped": lambda: arcface(True, fp16=True),
  "std": std_of_groups, "focal": focal, "bce": bce_by_hand,
+ "bce-log1p": lambda: bce_by_hand(log1p=True),
+ "bce-log1p-clamped": lambda: bce_by_hand(log1p=True, clamped=True),
  "logit": lambda: logit_targets(False), "logit-eps": lambda: logit_targets(True),
  "nb": lambda: negative_binomial(False), "nb-softplus": lambda: negative_binomial(True)}[MODE]()
