@@ -81,10 +81,18 @@ const Singularity kSingularities[] = {
      "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise stops at the "
      "first): keep the denominator away from 0 (x / (d + eps), d.clamp_min(eps)), or "
      "mask the entries where it is 0 before the division, not after"},
-    {{"aten::exp", "aten::exp2", "aten::expm1", "aten::sinh", "aten::cosh"},
+    {{"aten::exp", "aten::exp2", "aten::expm1"},
      "exp passes even fp32's range from about 88.7 on",
      "subtract the maximum first, as torch.logsumexp, F.softmax and "
      "F.log_softmax do"},
+    // No maximum to subtract: their argument is a length.
+    {{"aten::sinh", "aten::cosh"},
+     "sinh and cosh pass fp32's range from |x| of about 89.4 on (fp16's from 11.8): the "
+     "hyperboloid's exponential map, cosh(|v|) x + sinh(|v|) v / |v|, of a long tangent "
+     "vector, or a distance grown that far",
+     "clamp the argument before them (the tangent vector's norm, as hyperbolic libraries "
+     "do: |v|.clamp_max(50) in fp32), or keep the map in log space: log(cosh(x)) is |x| + "
+     "F.softplus(-2 * |x|) - log(2)"},
     {{"aten::_softmax", "aten::softmax", "aten::_log_softmax", "aten::log_softmax",
       "aten::_safe_softmax"},
      "a softmax over a row whose every entry is -inf (every position masked) is "

@@ -842,6 +842,15 @@ TEST(Diagnosis, ALearnedExponentsNanGradientOverANegativeBaseIsItsLog) {
   EXPECT_TRUE(AnyStartsWith(Diagnose(s).evidence, "the derivative of aten::pow at 0"));
 }
 
+// cosh of a long tangent vector (a hyperboloid's exponential map): no
+// maximum to subtract, as exp's fix says, but a length to clamp.
+TEST(Diagnosis, ACoshPastTheRangeIsALengthToClampNotAMaximumToSubtract) {
+  RunSummary s = NanLossRun(3, "aten::cosh", "", 64, 0, "#0 float32[64] max|x|=92.5", {1});
+  s.first_origin->posinf = 3;
+  ExpectInvalidMath(s, "sinh and cosh pass fp32's range", "clamp the argument before them");
+  for (const std::string& f : Diagnose(s).fixes) EXPECT_FALSE(absl::StrContains(f, "maximum"));
+}
+
 // log1p's edge is -1, not 0: log's clamp_min(eps) would make log1p(-p)
 // log1p(eps) for every p.
 TEST(Diagnosis, ALog1pIsKeptAboveMinusOneNotClampedAtEps) {
