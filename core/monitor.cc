@@ -766,15 +766,15 @@ bool Monitor::OwnMaskedZeroDivision(const OpEvent& e, const CheckCounts& total,
                                     const std::vector<InputFacts>& inputs) {
   const bool nan_only = total.nan != 0 && total.posinf == 0 && total.neginf == 0;
   OwnZeroDivision own = OwnZeroDivision::kNone;
+  // The division itself, or an op of the same formula between it and the
+  // mask that carries its values there (sinc's `* pi`, angle's `* i`).
+  const bool carried = std::any_of(inputs.begin(), inputs.end(),
+                                   [](const InputFacts& in) { return in.own_masked; });
   if (e.phase == Phase::kBackward) {
-    // The division itself, or an op of the same formula between it and the
-    // mask that carries its values there (sinc's `* pi`, angle's `* i`).
-    const bool carried = std::any_of(inputs.begin(), inputs.end(),
-                                     [](const InputFacts& in) { return in.own_masked; });
     own = carried ? FormulasOwnZeroDivision(e.forward_op)
                   : MasksItsZeroDivisionInBackward(e.op, e.forward_op);
-  } else if (!e.top_op.empty() && MasksItsZeroDivisionInForward(e.op, e.top_op)) {
-    own = OwnZeroDivision::kAnyWide;
+  } else if (!e.top_op.empty()) {
+    own = carried ? FormulasOwnInForward(e.top_op) : MasksItsZeroDivisionInForward(e.op, e.top_op);
   }
   switch (own) {
     case OwnZeroDivision::kNone:

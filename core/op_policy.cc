@@ -138,8 +138,13 @@ OwnZeroDivision MasksItsZeroDivisionInBackward(absl::string_view op,
   // where x == 0.
   static constexpr absl::string_view kNorms[] = {
       "aten::linalg_vector_norm", "aten::norm", "aten::linalg_norm", "aten::dist"};
-  // The log(0) of a tensor exponent's gradient (pow_backward_exponent).
-  if (op == "aten::log" && IsTensorPower(forward_op)) return OwnZeroDivision::kNegInfOnly;
+  // The log(0) of a tensor exponent's gradient (pow_backward_exponent), and
+  // logcumsumexp's of a zero incoming gradient, log |grad|, which it
+  // replaces by the format's lowest where grad is not > 0 (a Cox partial
+  // likelihood's censored samples).
+  if (op == "aten::log" && (IsTensorPower(forward_op) || forward_op == "aten::logcumsumexp")) {
+    return OwnZeroDivision::kNegInfOnly;
+  }
   // Power's own formula divides nothing: a division in its backward is not
   // one of those above.
   if (IsTensorPower(forward_op)) return OwnZeroDivision::kNone;
@@ -156,10 +161,29 @@ int EpsArgument(absl::string_view op) {
   return Named(kOps, op) ? 1 : -1;
 }
 
-bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op) {
+namespace {
+
+bool IsPinv(absl::string_view top_op) {
+  return top_op == "aten::linalg_pinv" || top_op == "aten::pinverse";
+}
+
+}  // namespace
+
+OwnZeroDivision MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op) {
   // pinv: where(S > tol, S.reciprocal(), 0) over the singular values, whose
   // tolerance is above any that overflows.
-  return op == "aten::reciprocal" && (top_op == "aten::linalg_pinv" || top_op == "aten::pinverse");
+  if (op == "aten::reciprocal" && IsPinv(top_op)) return OwnZeroDivision::kAnyWide;
+  // Poisson's full loss: the Stirling term, target * log(target) - target +
+  // 0.5 * log(2 pi target), masked_fill'ed where target <= 1, takes log(0)
+  // at every zero count. Its NaN is a negative target's or rate's (the
+  // loss's own log(input + eps)): not masked.
+  if (op == "aten::log" && top_op == "aten::poisson_nll_loss") return OwnZeroDivision::kNegInfOnly;
+  return OwnZeroDivision::kNone;
+}
+
+OwnZeroDivision FormulasOwnInForward(absl::string_view top_op) {
+  return IsPinv(top_op) || top_op == "aten::poisson_nll_loss" ? OwnZeroDivision::kAnyWide
+                                                               : OwnZeroDivision::kNone;
 }
 
 bool CarriesMasks(absl::string_view op) {
@@ -193,7 +217,7 @@ bool CarriesMasks(absl::string_view op) {
       // An additive mask in a matmul (nn.MultiheadAttention's
       // baddbmm(mask, q, k^T)), log-space sums of masked (log 0) terms.
       "aten::baddbmm",    "aten::rsub",        "aten::logaddexp",    "aten::logsumexp",
-      "aten::logcumsumexp"};
+      "aten::logcumsumexp", "aten::_logcumsumexp"};
   return PlacesScalar(op) || Named(kOps, op);
 }
 

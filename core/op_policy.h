@@ -110,7 +110,9 @@ bool HasNanSkippingTwin(absl::string_view op);
 // - a tensor exponent's (pow_backward_exponent: `where(x == 0 & y >= 0, 0,
 //   result * log(x))`), at a zero base: GeM pooling's learned p over a
 //   ReLU's zeros. Where y < 0 the forward's 0 ** y is +inf already, an
-//   origin, and the product it gives is that inf's, not this formula's.
+//   origin, and the product it gives is that inf's, not this formula's;
+// - logcumsumexp's (`where(grad > 0, grad.abs().log(), lowest)`), at an
+//   incoming gradient of 0: a Cox partial likelihood's censored samples.
 // What comes out of that division (or negative power, reciprocal, log) in
 // the backward of those ops, of finite inputs, and is the function's own,
 // masked right after in every healthy run that has such a zero:
@@ -136,8 +138,12 @@ OwnZeroDivision FormulasOwnZeroDivision(absl::string_view forward_op);
 // x ** y, whose backward takes log(x) for a tensor exponent y.
 bool IsTensorPower(absl::string_view forward_op);
 // The same in a forward op's own nested ops, masked before it returns:
-// torch.linalg.pinv's reciprocal of its zero singular values.
-bool MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op);
+// torch.linalg.pinv's reciprocal of its zero singular values, the log(0)
+// of F.poisson_nll_loss(full=True)'s Stirling term at a zero count.
+OwnZeroDivision MasksItsZeroDivisionInForward(absl::string_view op, absl::string_view top_op);
+// What the nested ops of `top_op` carry of that to its mask (the Stirling
+// term's 0 * -inf).
+OwnZeroDivision FormulasOwnInForward(absl::string_view top_op);
 
 // The argument of `op` that holds an eps, a small number kept in a
 // denominator or a lower bound (`norm.clamp_min(1e-12)`, `var + 1e-12`,

@@ -46,6 +46,14 @@ constexpr char kAcoshFix[] =
     "itself after it leaves their gradient NaN";
 
 const Singularity kSingularities[] = {
+    // Before the log's: the argument is the loss's, out of the program's
+    // reach. (Its Stirling term's log(0) is torch's own, masked.)
+    {{"aten::poisson_nll_loss"},
+     "F.poisson_nll_loss(log_input=False) takes log(input + eps) of the predicted rate: NaN "
+     "wherever that rate is negative (a linear layer's raw output)",
+     "predict the log of the rate and pass log_input=True (the default), whose loss, exp(x) - "
+     "target * x, takes no log, or make the rate positive first: F.softplus(x) + 1e-4",
+     {}, nullptr, /*only_nan=*/true},
     {{"aten::log", "aten::log2", "aten::log10", "aten::xlogy"},
      "a logarithm of 0 is -inf, of a negative number NaN",
      "clamp the argument away from 0 (x.clamp_min(eps)), or stay in log space: "

@@ -317,11 +317,12 @@ def assert_no_finding(j, title):
 @pytest.mark.parametrize("script", [
     "normalized_padding.py", "standardized_dead_feature.py", "rbf_kernel_cdist.py",
     "sinc_filterbank.py", "phase_loss_on_silence.py angle", "phase_loss_on_silence.py sgn",
-    "nerf_transmittance.py", "vicreg_variance.py"])
+    "nerf_transmittance.py", "vicreg_variance.py", "cox_survival.py"])
 def test_a_backward_formulas_own_masked_zero_division_is_healthy_not_a_nan_origin(script, out):
     # F.normalize's norm backward divides 0 by 0 at each padding row, a
     # std's backward at a dead feature, cdist(z, z)'s at its diagonal
-    # (x / 0, -inf in fp32), sinc's at its 0 (then `* pi` before its
+    # (x / 0, -inf in fp32), logcumsumexp's log of a zero gradient (Cox's
+    # censored samples), sinc's at its 0 (then `* pi` before its
     # torch.where), a complex angle's and sign's at a silent frame's 0,
     # cumprod's at a factor of 0 (an opaque sample), std's at a dead unit
     # (VICReg's variance term, -inf / 0 in fp32), and each masks it
@@ -335,6 +336,16 @@ def test_a_backward_formulas_own_masked_zero_division_is_healthy_not_a_nan_origi
     assert "weights finite False" not in r.stdout, r.stdout
     assert "first non-finite values" not in r.stderr, r.stderr
     assert_no_finding(view_json(out), "Healthy: no non-finite values")
+
+
+def test_a_cox_likelihoods_logcumsumexp_backward_lowest_is_no_overflow_forecast(out):
+    # logcumsumexp's backward puts the format's lowest (-3.4e38) where its
+    # gradient is not > 0 and takes logcumsumexp of it: the nested
+    # aten::_logcumsumexp was "would overflow in fp16 (5.19e+33x of 65504)".
+    plain_and_monitored([PYTHON, SCRIPTS / "cox_survival.py"], out)
+    j = view_json(out)
+    assert_no_finding(j, "Healthy: no non-finite values")
+    assert j["warnings"] == [], j["warnings"]
 
 
 def test_ops_that_torch_keeps_finite_at_edge_values_make_no_finding(out):

@@ -109,6 +109,31 @@ def test_a_log1p_of_minus_a_probability_of_1_is_kept_above_minus_1_not_clamped_a
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
+def test_a_poisson_losss_stirling_term_at_zero_counts_is_its_own_and_a_negative_rate_named(out):
+    # F.poisson_nll_loss(full=True) over counts with zeros takes log(0) in
+    # its Stirling term and masks it: every step printed "first non-finite
+    # values: origin aten::log" and the view advised finfo.min masks.
+    script = SCRIPTS / "poisson_counts.py"
+    for healthy in ("log-rate", "softplus"):
+        monitored, _ = plain_and_monitored([PYTHON, script, healthy], out.parent / healthy)
+        assert "zero counts 0 " not in monitored.stdout, monitored.stdout  # zeros in every step
+        assert "first non-finite values" not in monitored.stderr, monitored.stderr
+        j = view_json(out.parent / healthy)
+        assert j["first_origin"] is None and j["nonfinite_steps"] == [], (healthy, j["first_origin"])
+        assert j["diagnosis"]["title"].startswith("Healthy: no non-finite values"), j["diagnosis"]
+    # A raw linear rate goes negative: the loss's own log(input + eps).
+    r = preload_run([PYTHON, script, "rate"], out)
+    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["top_op"], first["step"]) == (
+        "aten::log", "aten::poisson_nll_loss", 0), first
+    assert first["nan"] > 0 and first["neginf"] == 0, first
+    assert any(e.startswith("F.poisson_nll_loss(log_input=False) takes log(input + eps)")
+               for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("predict the log of the rate and pass log_input=True"), d
+
+
 def test_an_entropy_by_hand_is_x_log_x_at_zero_and_computed_from_the_logits(out):
     # -(p * p.log()): softmax probabilities of exactly 0, log(0) = -inf,
     # 0 * -inf = NaN. It said "its gradient is NaN: a torch.where or

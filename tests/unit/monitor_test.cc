@@ -58,6 +58,15 @@ TensorFacts Fp16(uint64_t posinf, uint16_t max_bits = 0x5000) {
   return t;
 }
 
+// An fp32 output with these counts of NaN and -inf.
+TensorFacts Fp32NonFinite(uint64_t nan, uint64_t neginf) {
+  TensorFacts t = Fp16(0);
+  t.format = Format::kF32;
+  t.counts.nan = nan;
+  t.counts.neginf = neginf;
+  return t;
+}
+
 // A top-level op of a training iteration: the forward addmm on a
 // parameter, or its backward mm.
 void IterationOp(Monitor& m, OpContext& ctx, Phase phase, const TensorFacts& out) {
@@ -692,6 +701,41 @@ TEST_F(MonitorTest, PinvsReciprocalOfAZeroSingularValueIsItsOwn) {
   EXPECT_EQ(monitor_.OnOp(e, ctx), Verdict::kOrigin);
 }
 
+// F.poisson_nll_loss(full=True)'s Stirling term takes log(0) at each zero
+// count, carries it (0 * -inf, - target) to its masked_fill: the loss's
+// own. Its NaN log (a negative rate's log(input + eps)) is an origin, and
+// the same ops out of the loss carry nothing.
+TEST_F(MonitorTest, APoissonLossesStirlingTermAtAZeroCountIsItsOwn) {
+  FakeContext ctx;
+  const TensorFacts neginf = Fp32NonFinite(0, 28);
+  const TensorFacts nan = Fp32NonFinite(28, 0);
+  const auto nested = [&](const char* op, const char* top_op, const TensorFacts& out,
+                          std::vector<InputFacts> inputs) {
+    ctx.inputs = std::move(inputs);
+    OpEvent e;
+    e.op = op;
+    e.top_op = top_op;
+    e.outputs = absl::MakeConstSpan(&out, 1);
+    return monitor_.OnOp(e, ctx);
+  };
+  InputFacts own = Input(true, true);
+  own.own_masked = true;
+  EXPECT_EQ(nested("aten::log", "aten::poisson_nll_loss", neginf, {Input(false, false)}),
+            Verdict::kOwnMasked);
+  EXPECT_EQ(nested("aten::mul", "aten::poisson_nll_loss", nan, {Input(false, false), own}),
+            Verdict::kOwnMasked);
+  EXPECT_EQ(nested("aten::sub", "aten::poisson_nll_loss", neginf, {own, Input(false, false)}),
+            Verdict::kOwnMasked);
+  EXPECT_EQ(monitor_.findings(), 0);
+  EXPECT_EQ(nested("aten::log", "aten::poisson_nll_loss", nan, {Input(false, true)}),
+            Verdict::kOrigin)
+      << "a negative rate";
+  EXPECT_EQ(nested("aten::log", "", neginf, {Input(false, false)}), Verdict::kOrigin);
+  EXPECT_EQ(nested("aten::mul", "aten::nll_loss_nd", nan, {Input(false, false), own}),
+            Verdict::kPropagated)
+      << "out of the loss";
+}
+
 // sinc's backward multiplies its own 0 / 0 by pi before its torch.where
 // masks it: the product is the formula's too. Out of the formula (an op of
 // another backward), or beside another NaN, it is not.
@@ -716,15 +760,6 @@ TEST_F(MonitorTest, AnOpOfTheFormulaCarryingItsOwnMaskedNaNIsTheFormulas) {
   EXPECT_FALSE(monitor_.first_origin());
 }
 
-// An fp32 output with these counts of NaN and -inf.
-TensorFacts Fp32NonFinite(uint64_t nan, uint64_t neginf) {
-  TensorFacts t = Fp16(0);
-  t.format = Format::kF32;
-  t.counts.nan = nan;
-  t.counts.neginf = neginf;
-  return t;
-}
-
 // A tensor exponent's gradient, where(x == 0 & y >= 0, 0, x ** y * log(x)):
 // log(0) is -inf and 0 * -inf NaN before the where (GeM pooling's learned
 // p over a ReLU's zeros), the formula's own. A log's NaN (a negative base)
@@ -742,6 +777,8 @@ TEST_F(MonitorTest, ATensorExponentsLogOfAZeroBaseIsItsFormulasOwn) {
   for (const char* forward_op : {"aten::pow", "aten::pow_", "aten::float_power"}) {
     EXPECT_EQ(backward("aten::log", forward_op, neginf), Verdict::kOwnMasked) << forward_op;
   }
+  // logcumsumexp's log |grad| at a zero gradient, before its where.
+  EXPECT_EQ(backward("aten::log", "aten::logcumsumexp", neginf), Verdict::kOwnMasked);
   TensorFacts fp16_neginf = neginf;
   fp16_neginf.format = Format::kF16;
   EXPECT_EQ(backward("aten::log", "aten::pow", fp16_neginf), Verdict::kOwnMasked)

@@ -1,0 +1,37 @@
+"""Poisson regression of counts, many of them 0 (visits, clicks, reads),
+with F.poisson_nll_loss(full=True): its Stirling term, target *
+log(target) - target + 0.5 * log(2 pi target), takes log(0) = -inf at
+every zero count, and masks it itself (masked_fill where target <= 1).
+
+    poisson_counts.py log-rate|rate|softplus
+
+log-rate: the model predicts the log of the rate (log_input=True, the
+default): healthy.
+rate: the model's raw linear output is the rate (log_input=False), which
+goes negative for some inputs: log(input + eps) is NaN at step 0.
+softplus: the rate made positive with F.softplus: healthy.
+Prints each step's loss and whether the weights are finite."""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+mode = sys.argv[1]
+torch.manual_seed(0)
+model = torch.nn.Linear(10, 1)
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for step in range(4):
+    features = torch.randn(64, 10)
+    counts = torch.poisson(torch.exp(features[:, :1]))
+    out = model(features)
+    if mode == "log-rate":
+        loss = F.poisson_nll_loss(out, counts, log_input=True, full=True)
+    else:
+        rate = F.softplus(out) if mode == "softplus" else out
+        loss = F.poisson_nll_loss(rate, counts, log_input=False, full=True)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    print(f"step {step} loss {loss.item():.6g} zero counts {int((counts == 0).sum())} "
+          f"weights finite {finite}", flush=True)
