@@ -120,7 +120,8 @@ OwnZeroDivision FormulasOwnZeroDivision(absl::string_view forward_op) {
   // 1 * -inf at y = 0), which where(x == 0 & y >= 0, 0, ...) drops.
   if (IsTensorPower(forward_op)) return OwnZeroDivision::kAnyWide;
   // Their formulas divide 0 by 0 at the masked entries.
-  static constexpr absl::string_view kZeroByZero[] = {"aten::sinc", "aten::angle"};
+  static constexpr absl::string_view kZeroByZero[] = {"aten::sinc", "aten::angle",
+                                                       "aten::copysign"};
   // Theirs divide a gradient by 0 there too (a norm's of p != 2, a std's
   // where its gradient is not 0), or take 1 / 0 (atan2's 1 / (x^2 + y^2)).
   static constexpr absl::string_view kAnyByZero[] = {

@@ -101,6 +101,7 @@ bool HasNanSkippingTwin(absl::string_view op);
 //   (`(grad - ...) / |z|`, masked_fill_ where |z| == 0), at 0: the phase of
 //   a silent frame's spectrum;
 // - atan2's (`1 / (x² + y²)`, masked_fill where that is 0), at (0, 0);
+// - copysign's (`result / self`, masked_fill_ where self == 0), 0 / 0 at 0;
 // - a Euclidean distance's (_euclidean_dist_backward: `ratio = grad / res;
 //   ratio.masked_fill_(res == 0, 0)`), at two equal points: torch.cdist(x,
 //   x)'s diagonal;

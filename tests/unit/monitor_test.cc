@@ -633,7 +633,7 @@ Verdict OnBackwardOp(Monitor& monitor, OpContext& ctx, const char* op, const cha
 
 // F.normalize of a zero vector (a padding embedding): the norm's backward
 // divides by the norm, 0 / 0, and masks those NaN itself right after; a
-// std's at a constant feature likewise, sinc's and a complex angle's at 0,
+// std's at a constant feature likewise, sinc's, copysign's and a complex angle's at 0,
 // a distance's at equal points, a cumulative product's at a zero factor,
 // and atan2's reciprocal at (0, 0). Their own, of finite inputs: no
 // finding. Not so for a division of the program's, a square root's
@@ -663,7 +663,7 @@ TEST_F(MonitorTest, ABackwardFormulasZeroDivisionIsItsOwnMaskedNaN) {
     EXPECT_EQ(backward("aten::div", forward_op, fp16_nan), Verdict::kOwnMasked) << forward_op;
     EXPECT_EQ(backward("aten::div", forward_op, fp16_inf), Verdict::kOrigin) << forward_op;
   }
-  for (const char* forward_op : {"aten::sinc", "aten::angle"}) {
+  for (const char* forward_op : {"aten::sinc", "aten::angle", "aten::copysign"}) {
     EXPECT_EQ(backward("aten::div", forward_op, nan), Verdict::kOwnMasked) << forward_op;
     EXPECT_EQ(backward("aten::div", forward_op, inf), Verdict::kOrigin) << forward_op;
   }
@@ -671,7 +671,7 @@ TEST_F(MonitorTest, ABackwardFormulasZeroDivisionIsItsOwnMaskedNaN) {
   EXPECT_EQ(backward("aten::pow_", "aten::linalg_vector_norm", inf), Verdict::kOwnMasked);
   EXPECT_EQ(backward("aten::reciprocal", "aten::atan2", inf), Verdict::kOwnMasked);
   EXPECT_EQ(backward("aten::reciprocal", "aten::atan2", fp16_inf), Verdict::kOrigin);
-  EXPECT_EQ(monitor_.findings(), 11) << "the origins above, no more";
+  EXPECT_EQ(monitor_.findings(), 12) << "the origins above, no more";
   EXPECT_TRUE(monitor_.mask_ops().empty()) << "torch's, not a mask of the program's";
   EXPECT_EQ(backward("aten::div", "aten::sqrt", nan), Verdict::kOrigin);
   EXPECT_EQ(backward("aten::pow", "aten::pow", inf), Verdict::kOrigin) << "x ** 0.5 at 0";

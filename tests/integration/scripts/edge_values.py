@@ -71,6 +71,7 @@ cases = {
     'pdist': lambda: F.pdist(Z()),
     'dist': lambda: torch.dist(Z()[0], Z()[0]),
     'sinc': lambda: torch.sinc(Z()),
+    'copysign': lambda: torch.copysign(Z(), -1.0),
     'sqrt': lambda: Z().sqrt(),
     'rsqrt': lambda: Z().rsqrt(),
     'pow0.5': lambda: Z().pow(0.5),
