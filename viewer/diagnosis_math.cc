@@ -173,6 +173,15 @@ const Singularity kSingularities[] = {
      "keep its argument inside the open interval: x.clamp(-1 + 1e-6, 1 - 1e-6) before "
      "erfinv, p.clamp(1e-6, 1 - 1e-6) before ndtri",
      {}, nullptr, false, /*takes_probabilities=*/true},
+    {{"aten::_weight_norm", "aten::_weight_norm_interface"},
+     "weight normalisation, w = g * v / |v|, divides by the norm of each row of v: 0 / 0 = "
+     "NaN for a row that is all zeros (a layer zero-initialised before weight_norm was "
+     "applied to it, or a row that training zeroed)",
+     "give v non-zero values and zero the scale g instead, which starts the layer at 0 as "
+     "intended: nn.init.zeros_(layer.parametrizations.weight.original0) (weight_g with the old "
+     "torch.nn.utils.weight_norm) after applying weight_norm, not nn.init.zeros_ on the "
+     "weight before it",
+     {}, nullptr, /*only_nan=*/true},
     {{"aten::acos", "aten::asin"},
      "acos and asin are NaN outside [-1, 1] (a cosine computed by hand, a dot product of "
      "normalised vectors, rounds past ±1)",

@@ -552,6 +552,22 @@ def test_sqrt_of_a_negative_fp16_variance_is_math_not_range(out):
     assert "torch.var" in " ".join(d["fixes"])
 
 
+def test_a_zero_initialised_weight_under_weight_norm_is_named_with_its_scale_to_zero(out):
+    # v / |v| of a zeroed weight: 0 / 0. It had no cause and no fix but
+    # "look at the inputs".
+    script = SCRIPTS / "weight_norm_zero_init.py"
+    r = preload_run([PYTHON, script, "zeroed-weight"], out)
+    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["step"], d["kind"]) == (
+        "aten::_weight_norm_interface", 0, "invalid_math"), (first, d)
+    assert any(e.startswith("weight normalisation, w = g * v / |v|") for e in d["evidence"]), d
+    assert d["fixes"][0].startswith("give v non-zero values and zero the scale g"), d["fixes"]
+    plain_and_monitored([PYTHON, script, "zeroed-scale"], out.parent / "fixed")
+    assert_no_finding(view_json(out.parent / "fixed"), "Healthy")
+
+
 def test_an_rsqrt_of_a_negative_variance_by_hand_is_a_square_roots_not_a_division(out):
     # A layer norm by hand, E[h^2] - E[h]^2 + eps, negative in rows of a
     # large offset: rsqrt's NaN. It was "a division by 0 ... keep the

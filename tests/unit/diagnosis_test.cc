@@ -851,6 +851,14 @@ TEST(Diagnosis, ACoshPastTheRangeIsALengthToClampNotAMaximumToSubtract) {
   for (const std::string& f : Diagnose(s).fixes) EXPECT_FALSE(absl::StrContains(f, "maximum"));
 }
 
+// weight_norm of a zeroed weight: v / |v| is 0 / 0.
+TEST(Diagnosis, AZeroedWeightUnderWeightNormIsNamedWithItsScale) {
+  RunSummary s = NanLossRun(3, "aten::_weight_norm_interface", "aten::_weight_norm", 68, 64,
+                            "#0 float32[4, 16] max|x|=0; #1 float32[4, 1] max|x|=0", {0});
+  ExpectInvalidMath(s, "weight normalisation, w = g * v / |v|",
+                    "layer.parametrizations.weight.original0");
+}
+
 // log1p's edge is -1, not 0: log's clamp_min(eps) would make log1p(-p)
 // log1p(eps) for every p.
 TEST(Diagnosis, ALog1pIsKeptAboveMinusOneNotClampedAtEps) {
