@@ -89,6 +89,15 @@ def view_json(*paths):
     return json.loads(r.stdout)
 
 
+def origin_of_failing_run(cmd, out, printed):
+    """Runs CMD under the preload: it succeeds and prints PRINTED (a NaN
+    loss). Returns the view's first origin and diagnosis."""
+    r = preload_run(cmd, out)
+    assert r.returncode == 0 and printed in r.stdout, r.stdout + r.stderr
+    j = view_json(out)
+    return j["first_origin"], j["diagnosis"]
+
+
 def findings(out, kind=None):
     """All findings of the traces in OUT, straight from SQLite."""
     import sqlite3

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, plain_and_monitored, preload_run,
-                      preload_script, run, view_json)
+from conftest import (DEMO, NANHUNT, PYTHON, SCRIPTS, origin_of_failing_run,
+                      plain_and_monitored, preload_run, preload_script, run, view_json)
 
 CASES = [
     # script, class, op named
@@ -384,10 +384,7 @@ def test_a_learned_exponents_log_of_zero_is_torchs_own_and_its_log_of_a_negative
     # Without the ReLU, p = 2 keeps x ** p finite and log(x) of a negative
     # x makes p's gradient NaN: that log, with the exponent's fix, not the
     # base's (an exponent of 1 or more) nor a log's (stay in log space).
-    r = preload_run([PYTHON, script, "signed"], out)
-    assert r.returncode == 0 and "step 0 loss 2.35868 p nan" in r.stdout, r.stdout + r.stderr
-    j = view_json(out)
-    first, d = j["first_origin"], j["diagnosis"]
+    first, d = origin_of_failing_run([PYTHON, script, "signed"], out, "step 0 loss 2.35868 p nan")
     assert (first["op"], first["phase"], first["step"], first["forward_op"]) == (
         "aten::log", "backward", 0, "aten::pow"), first
     assert d["kind"] == "invalid_math", d
@@ -406,10 +403,7 @@ def test_a_hyperbolic_distance_of_a_point_and_itself_is_acoshs_at_one(mode, op, 
     # [-1 + eps, 1 - eps], acos's domain, where acosh is NaN everywhere; the
     # second to keep a denominator away from 0, F.normalize.
     script = SCRIPTS / "hyperbolic_distances.py"
-    r = preload_run([PYTHON, script, mode], out)
-    assert r.returncode == 0 and "weights finite False" in r.stdout, r.stdout + r.stderr
-    j = view_json(out)
-    first, d = j["first_origin"], j["diagnosis"]
+    first, d = origin_of_failing_run([PYTHON, script, mode], out, "weights finite False")
     assert (first["op"], first["step"], d["kind"]) == (op, 0, "invalid_math"), (first, d)
     assert any(e.startswith(evidence) for e in d["evidence"]), d["evidence"]
     assert d["fixes"][0].startswith("clamp the argument at 1 + eps before the acosh"), d["fixes"]
@@ -556,10 +550,7 @@ def test_a_zero_initialised_weight_under_weight_norm_is_named_with_its_scale_to_
     # v / |v| of a zeroed weight: 0 / 0. It had no cause and no fix but
     # "look at the inputs".
     script = SCRIPTS / "weight_norm_zero_init.py"
-    r = preload_run([PYTHON, script, "zeroed-weight"], out)
-    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
-    j = view_json(out)
-    first, d = j["first_origin"], j["diagnosis"]
+    first, d = origin_of_failing_run([PYTHON, script, "zeroed-weight"], out, "step 0 loss nan")
     assert (first["op"], first["step"], d["kind"]) == (
         "aten::_weight_norm_interface", 0, "invalid_math"), (first, d)
     assert any(e.startswith("weight normalisation, w = g * v / |v|") for e in d["evidence"]), d
@@ -573,9 +564,7 @@ def test_an_rsqrt_of_a_negative_variance_by_hand_is_a_square_roots_not_a_divisio
     # large offset: rsqrt's NaN. It was "a division by 0 ... keep the
     # denominator away from 0 (x / (d + eps)", which the program does.
     script = SCRIPTS / "layer_norm_by_hand.py"
-    r = preload_run([PYTHON, script, "by-hand"], out)
-    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
-    d = view_json(out)["diagnosis"]
+    _, d = origin_of_failing_run([PYTHON, script, "by-hand"], out, "step 0 loss nan")
     assert (d["kind"], d["op"]) == ("invalid_math", "aten::rsqrt"), d
     assert any("E[x^2] - E[x]^2 can come out negative" in e for e in d["evidence"]), d
     assert not any(e.startswith("a division by 0") for e in d["evidence"]), d["evidence"]

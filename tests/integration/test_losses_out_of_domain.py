@@ -1,7 +1,8 @@
 """Hand-written losses that go NaN for a reason of their own, run under
 the preload: each diagnosis must name that reason and its fix, not fp16's
 range and not a mask's trap."""
-from conftest import PYTHON, SCRIPTS, plain_and_monitored, preload_run, view_json
+from conftest import (PYTHON, SCRIPTS, origin_of_failing_run, plain_and_monitored, preload_run,
+                      view_json)
 
 SCRIPT = SCRIPTS / "losses_out_of_domain.py"
 
@@ -122,10 +123,7 @@ def test_a_poisson_losss_stirling_term_at_zero_counts_is_its_own_and_a_negative_
         assert j["first_origin"] is None and j["nonfinite_steps"] == [], (healthy, j["first_origin"])
         assert j["diagnosis"]["title"].startswith("Healthy: no non-finite values"), j["diagnosis"]
     # A raw linear rate goes negative: the loss's own log(input + eps).
-    r = preload_run([PYTHON, script, "rate"], out)
-    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
-    j = view_json(out)
-    first, d = j["first_origin"], j["diagnosis"]
+    first, d = origin_of_failing_run([PYTHON, script, "rate"], out, "step 0 loss nan")
     assert (first["op"], first["top_op"], first["step"]) == (
         "aten::log", "aten::poisson_nll_loss", 0), first
     assert first["nan"] > 0 and first["neginf"] == 0, first
