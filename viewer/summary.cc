@@ -593,7 +593,8 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
   const std::string& tone = diagnosis.kind == "healthy" ? yellow : red;
   absl::StrAppend(&out, "\n", bold, "DIAGNOSIS", reset, "  ",
                   diagnosis.kind == "healthy" && s.warnings.empty() ? "" : tone,
-                  Fit(diagnosis.title, w - 13), reset, "\n");
+                  // Wrapped, not cut: its end says which step.
+                  Wrap(diagnosis.title, w - 11, "           "), reset, "\n");
   for (const auto& e : diagnosis.evidence) {
     absl::StrAppend(&out, "  - ", Wrap(e, w - 4, "    "), "\n");
   }

@@ -113,6 +113,28 @@ TEST(SummaryText, TheOpsThatCarriedMasksAreNamedWhole) {
 
 // The ops table cuts long op names to 29 columns in 100; a wider terminal
 // shows them whole, the other columns moved right by as much.
+// A diagnosis title longer than the line is wrapped: its end names the
+// step, which a cut title lost ("... from finite inputs at ~").
+TEST(SummaryText, ALongDiagnosisTitleIsWrappedWithItsStep) {
+  RunSummary s;
+  s.steps = 3;
+  FindingRow f;
+  f.kind = "origin";
+  f.op = "aten::_weight_norm_interface";
+  f.top_op = "aten::_weight_norm";
+  f.phase = "forward";
+  f.dtype = "float32";
+  f.step = 7;
+  f.elements = 68;
+  f.nan = 64;
+  s.first_origin = f;
+  s.nonfinite_steps = s.nonfinite_steps_kept = {7};
+  const std::string text = RenderText(s, 100, false);
+  EXPECT_NE(text.find("made inf/NaN from finite inputs at\n           step 7\n"),
+            std::string::npos)
+      << text;
+}
+
 TEST(SummaryText, AWiderTerminalShowsLongOpNamesWhole) {
   RunSummary s;
   s.steps = 1;
