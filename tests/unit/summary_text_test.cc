@@ -117,17 +117,10 @@ TEST(SummaryText, TheOpsThatCarriedMasksAreNamedWhole) {
 // step, which a cut title lost ("... from finite inputs at ~").
 TEST(SummaryText, ALongDiagnosisTitleIsWrappedWithItsStep) {
   RunSummary s;
-  s.steps = 3;
-  FindingRow f;
-  f.kind = "origin";
-  f.op = "aten::_weight_norm_interface";
-  f.top_op = "aten::_weight_norm";
-  f.phase = "forward";
-  f.dtype = "float32";
-  f.step = 7;
-  f.elements = 68;
-  f.nan = 64;
-  s.first_origin = f;
+  s.steps = 8;
+  s.first_origin = Warning("aten::_weight_norm_interface", "forward", "float32", 7, 0);
+  s.first_origin->kind = "origin";
+  s.first_origin->nan = 64;
   s.nonfinite_steps = s.nonfinite_steps_kept = {7};
   const std::string text = RenderText(s, 100, false);
   EXPECT_NE(text.find("made inf/NaN from finite inputs at\n           step 7\n"),
