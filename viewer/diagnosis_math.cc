@@ -65,10 +65,15 @@ const Singularity kSingularities[] = {
     // log1p(eps) for every p.
     {{"aten::log1p"},
      "log1p(x) = log(1 + x) is -inf at x = -1 and NaN below: log(1 - p) written as "
-     "torch.log1p(-p) is -inf where p is exactly 1",
+     "torch.log1p(-p) is -inf where p is exactly 1, and so is the inverse of a tanh, "
+     "0.5 * (log1p(y) - log1p(-y)) (torch.distributions' TanhTransform, a squashed "
+     "policy's log_prob), at an action of exactly ±1, which tanh gives from |x| of about 9 "
+     "in fp32 (4.5 in fp16)",
      "keep the argument above -1: torch.log1p(-p.clamp_max(1 - eps)) (eps 1e-6 in fp32, 1e-3 in fp16, "
      "whose largest value below 1 is 0.9995), or stay in log space: log(1 - sigmoid(z)) is "
-     "F.logsigmoid(-z), a BCE is F.binary_cross_entropy_with_logits",
+     "F.logsigmoid(-z), a BCE is F.binary_cross_entropy_with_logits; for a squashed policy, "
+     "clamp replayed actions into (-1 + 1e-6, 1 - 1e-6), or take log_prob of the sampled "
+     "action itself with TanhTransform(cache_size=1), which keeps its pre-tanh value",
      {"aten::log1p"}, nullptr, false, /*takes_probabilities=*/true},
     // pow's +inf is a square past 65504: an overflow, not this; rsqrt's is a
     // division by 0 (below), its NaN a negative argument's.
@@ -195,10 +200,13 @@ const Singularity kSingularities[] = {
      kAcoshFix,
      {"aten::acosh"}},
     {{"aten::atanh"},
-     "atanh is ±inf at ±1 and NaN beyond: the Poincare ball's distance and exponential maps "
-     "take artanh of a norm, which reaches 1 where a point rounds onto the ball's boundary",
+     "atanh is ±inf at ±1 and NaN beyond: the inverse of a tanh at a value of exactly ±1 "
+     "(a squashed policy's action, which tanh gives from |x| of about 9 in fp32, 4.5 in "
+     "fp16), or the Poincare ball's distance and exponential maps, which take artanh of a "
+     "norm that reaches 1 where a point rounds onto the ball's boundary",
      "keep the argument inside (-1, 1): x.clamp(-1 + 1e-5, 1 - 1e-5) before atanh (1e-3 in "
-     "fp16), and project the points back into the ball after each update, x * (1 - 1e-5) / "
+     "fp16); keep the pre-tanh value where there is one instead of inverting the tanh; in the "
+     "Poincare ball, project the points back inside after each update, x * (1 - 1e-5) / "
      "x.norm(dim=-1, keepdim=True).clamp_min(1 - 1e-5), as geoopt's PoincareBall does"},
 };
 

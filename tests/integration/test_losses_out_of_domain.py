@@ -132,6 +132,21 @@ def test_a_poisson_losss_stirling_term_at_zero_counts_is_its_own_and_a_negative_
     assert d["fixes"][0].startswith("predict the log of the rate and pass log_input=True"), d
 
 
+def test_a_squashed_policys_atanh_of_a_replayed_action_of_1_is_the_inverse_tanhs(out):
+    # SAC's log_prob of replayed actions stored as exactly ±1. atanh's fix
+    # was acos's, "clamp the argument into the domain (x.clamp(-1 + eps, 1
+    # - eps))", with "acos/asin outside [-1, 1]" as its cause.
+    script = SCRIPTS / "squashed_policy.py"
+    first, d = origin_of_failing_run([PYTHON, script, "replayed"], out, "step 0 loss nan")
+    assert (first["op"], first["step"]) == ("aten::atanh", 0), first
+    evidence = " ".join(d["evidence"])
+    assert "atanh is ±inf at ±1 and NaN beyond: the inverse of a tanh" in evidence, d
+    assert "acos" not in evidence, d
+    assert d["fixes"][0].startswith("keep the argument inside (-1, 1): x.clamp(-1 + 1e-5"), d
+    plain_and_monitored([PYTHON, script, "clamped"], out.parent / "fixed")
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_an_entropy_by_hand_is_x_log_x_at_zero_and_computed_from_the_logits(out):
     # -(p * p.log()): softmax probabilities of exactly 0, log(0) = -inf,
     # 0 * -inf = NaN. It said "its gradient is NaN: a torch.where or
