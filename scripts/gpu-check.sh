@@ -612,8 +612,9 @@ PY
 fi
 
 if time_left "own masked divisions on CUDA"; then
-part "backward formulas that mask their own division by 0, on CUDA: F.normalize of padding embeddings, a SincNet filter bank's sinc at 0, a phase loss's angle over silence, NeRF's cumprod through an opaque sample; no origin (their inputs are not read there)"
-own_masked=(normalized_padding.py sinc_filterbank.py "phase_loss_on_silence.py angle" nerf_transmittance.py)
+part "formulas that mask their own division by 0 or log(0), on CUDA: F.normalize of padding embeddings, a SincNet filter bank's sinc at 0, a phase loss's angle over silence, NeRF's cumprod through an opaque sample, GeM's learned exponent over a ReLU's zeros, Poisson's Stirling term at zero counts, a Cox likelihood's logcumsumexp; no origin (their inputs are not read there)"
+own_masked=(normalized_padding.py sinc_filterbank.py "phase_loss_on_silence.py angle" nerf_transmittance.py
+  "gem_pooling.py relu" "poisson_counts.py log-rate" cox_survival.py)
 for i in "${!own_masked[@]}"; do
   # shellcheck disable=SC2086  # a script and its argument
   on_cuda "$build"/own-masked-$i ${own_masked[$i]}

@@ -10,7 +10,9 @@ signed: after a batch norm with no ReLU, p starting at 2 (a root mean
 square, finite over negative values): log(x) of a negative x is NaN,
 unmasked, so p's gradient is NaN at step 0, then every weight.
 clamped: the usual GeM, x.clamp(min=1e-6) ** p: healthy, no inf made.
-Prints each step's loss, p and whether the weights are finite."""
+DEVICE=cuda runs it on the GPU. Prints each step's loss, p and whether
+the weights are finite."""
+import os
 import sys
 
 import torch
@@ -18,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 mode = sys.argv[1]
+device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
 
 
@@ -35,11 +38,11 @@ class GeM(nn.Module):
 layers = [nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)]
 if mode != "signed":
     layers.append(nn.ReLU())
-model = nn.Sequential(*layers, GeM(), nn.Linear(16, 10))
+model = nn.Sequential(*layers, GeM(), nn.Linear(16, 10)).to(device)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-for step in range(4):
-    images = torch.randn(8, 3, 24, 24)
-    labels = torch.randint(0, 10, (8,))
+for step in range(3):
+    images = torch.randn(8, 3, 24, 24, device=device)
+    labels = torch.randint(0, 10, (8,), device=device)
     loss = F.cross_entropy(model(images), labels)
     opt.zero_grad()
     loss.backward()

@@ -10,18 +10,21 @@ default): healthy.
 rate: the model's raw linear output is the rate (log_input=False), which
 goes negative for some inputs: log(input + eps) is NaN at step 0.
 softplus: the rate made positive with F.softplus: healthy.
-Prints each step's loss and whether the weights are finite."""
+DEVICE=cuda runs it on the GPU. Prints each step's loss and whether the
+weights are finite."""
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
 mode = sys.argv[1]
+device = os.environ.get("DEVICE", "cpu")
 torch.manual_seed(0)
-model = torch.nn.Linear(10, 1)
+model = torch.nn.Linear(10, 1).to(device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-for step in range(4):
-    features = torch.randn(64, 10)
+for step in range(3):
+    features = torch.randn(64, 10, device=device)
     counts = torch.poisson(torch.exp(features[:, :1]))
     out = model(features)
     if mode == "log-rate":
