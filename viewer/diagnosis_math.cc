@@ -37,6 +37,9 @@ struct Singularity {
   // Its argument is often a probability, or 1 minus one, which fp16 and
   // bf16 round to exactly 0 or 1 long before fp32 does (a log of p).
   bool takes_probabilities = false;
+  // NaN must be among what came out (±inf beside it is the same cause's):
+  // ±inf alone from these ops is an overflow.
+  bool needs_nan = false;
 };
 
 constexpr char kAcoshFix[] =
@@ -44,6 +47,17 @@ constexpr char kAcoshFix[] =
     "(1 + 1e-3 in fp16), as hyperbolic libraries do (geoopt): acosh's derivative at 1 is "
     "infinite, so the clamp must come before it, and masking the distances of a point to "
     "itself after it leaves their gradient NaN";
+
+// What layer, group and RMS normalisation need where a row can be constant.
+constexpr char kNormEpsFix[] =
+    "give the norm an eps > 0: nn.LayerNorm's and nn.GroupNorm's default, 1e-5 (nn.RMSNorm's "
+    "default, eps=None, is the dtype's machine epsilon); with eps=0 every constant row (an "
+    "all-zero one for RMSNorm) is NaN in the forward pass, and in the gradients of the norm's "
+    "weight and of everything before it even where the loss leaves the row out";
+
+constexpr char kNormEpsWhenDropped[] =
+    "nothing harms training; to stop making them (NANHUNT_ON_NONFINITE=raise stops at the "
+    "first): give the norm an eps > 0 (nn.LayerNorm's default is 1e-5)";
 
 const Singularity kSingularities[] = {
     // Before the log's: the argument is the loss's, out of the program's
@@ -75,6 +89,21 @@ const Singularity kSingularities[] = {
      "clamp replayed actions into (-1 + 1e-6, 1 - 1e-6), or take log_prob of the sampled "
      "action itself with TanhTransform(cache_size=1), which keeps its pre-tanh value",
      {"aten::log1p"}, nullptr, false, /*takes_probabilities=*/true},
+    // Before the square roots' and divisions': their eps is the norm's.
+    {{"aten::native_layer_norm", "aten::layer_norm", "aten::native_group_norm",
+      "aten::group_norm"},
+     "layer and group normalisation divide by sqrt(var + eps): with eps=0, a row (a group) "
+     "whose values are all equal has a variance of 0, and 1 / sqrt(0) is +inf (the inverse "
+     "standard deviation among the outputs), (x - mean) * inf = 0 * inf NaN. A padding "
+     "embedding makes such rows: nn.Embedding(padding_idx=...) starts its row at zeros and "
+     "never updates it; so do a constant feature and an all-zero input",
+     kNormEpsFix, {}, kNormEpsWhenDropped, false, false, /*needs_nan=*/true},
+    // torch's rms_norm computes op by op on the CPU: its rsqrt's +inf.
+    {{"aten::rms_norm", "aten::_fused_rms_norm"},
+     "RMS normalisation divides by sqrt(mean(x^2) + eps): with eps=0, a row of zeros has a "
+     "mean square of 0, and 1 / sqrt(0) is +inf, 0 * inf NaN. A padding embedding makes such "
+     "rows: nn.Embedding(padding_idx=...) starts its row at zeros and never updates it",
+     kNormEpsFix, {}, kNormEpsWhenDropped},
     // pow's +inf is a square past 65504: an overflow, not this; rsqrt's is a
     // division by 0 (below), its NaN a negative argument's.
     {{"aten::sqrt", "aten::pow", "aten::float_power", "aten::rsqrt"},
@@ -213,6 +242,7 @@ const Singularity kSingularities[] = {
 const Singularity* SingularityOf(const FindingRow& f) {
   for (const Singularity& s : kSingularities) {
     if (s.only_nan && (f.nan == 0 || f.posinf != 0 || f.neginf != 0)) continue;
+    if (s.needs_nan && f.nan == 0) continue;
     for (const char* op : s.ops) {
       if (f.op == op || f.top_op == op) return &s;
     }

@@ -559,6 +559,25 @@ def test_a_zero_initialised_weight_under_weight_norm_is_named_with_its_scale_to_
     assert_no_finding(view_json(out.parent / "fixed"), "Healthy")
 
 
+@pytest.mark.parametrize("mode,op,cause", [
+    ("layer", "aten::native_layer_norm", "layer and group normalisation divide"),
+    ("group", "aten::native_group_norm", "layer and group normalisation divide"),
+    ("rms", "aten::rsqrt", "RMS normalisation divides")])
+def test_a_norm_with_eps_zero_over_a_padding_row_is_named_with_its_eps(out, mode, op, cause):
+    # nn.Embedding(padding_idx=0)'s row of zeros, normalised with eps=0:
+    # 1 / sqrt(0) and 0 * inf. The loss leaves the padded positions out, so
+    # the first loss is finite and the gradients are not. It was "look at
+    # the inputs" (rms: "keep the denominator away from 0").
+    script = SCRIPTS / "normalization_eps_zero.py"
+    first, d = origin_of_failing_run([PYTHON, script, mode], out, "step 1 loss nan")
+    assert (first["op"], first["step"], d["kind"]) == (op, 0, "invalid_math"), (first, d)
+    assert any(e.startswith(cause) for e in d["evidence"]), d["evidence"]
+    assert not any(e.startswith("a division by 0") for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("give the norm an eps > 0"), d["fixes"]
+    plain_and_monitored([PYTHON, script, "default"], out.parent / "default")
+    assert_no_finding(view_json(out.parent / "default"), "Healthy")
+
+
 def test_an_rsqrt_of_a_negative_variance_by_hand_is_a_square_roots_not_a_division(out):
     # A layer norm by hand, E[h^2] - E[h]^2 + eps, negative in rows of a
     # large offset: rsqrt's NaN. It was "a division by 0 ... keep the

@@ -859,6 +859,37 @@ TEST(Diagnosis, AZeroedWeightUnderWeightNormIsNamedWithItsScale) {
                     "layer.parametrizations.weight.original0");
 }
 
+// A norm with eps=0 over a constant row: 1 / sqrt(0), then 0 * inf (CPU's
+// rms_norm, op by op, shows its rsqrt's +inf). The norm's eps, not a
+// denominator of the program's.
+TEST(Diagnosis, ANormsNonFiniteIsItsEpsOfZeroOverAConstantRow) {
+  struct Case {
+    const char* op;
+    const char* top_op;
+    int64_t nan;
+    const char* cause;
+  };
+  for (const Case& c : {Case{"aten::native_layer_norm", "aten::layer_norm", 384,
+                             "layer and group normalisation divide by sqrt(var + eps)"},
+                        Case{"aten::rsqrt", "aten::rms_norm", 0,
+                             "RMS normalisation divides by sqrt(mean(x^2) + eps)"}}) {
+    RunSummary s = NanLossRun(3, c.op, c.top_op, 1632, c.nan, "#0 float32[4, 12, 32] max|x|=3.4",
+                              {0});
+    s.first_origin->posinf = 12;
+    ExpectInvalidMath(s, c.cause, "give the norm an eps > 0");
+    for (const std::string& e : Diagnose(s).evidence) {
+      EXPECT_FALSE(absl::StartsWith(e, "a division by 0")) << e;
+    }
+  }
+  // A layer norm's +inf alone is no such row's, which 0 * inf makes NaN.
+  RunSummary s = NanLossRun(3, "aten::native_layer_norm", "aten::layer_norm", 1632, 0,
+                            "#0 float32[4, 12, 32] max|x|=3.4", {0});
+  s.first_origin->posinf = 12;
+  for (const std::string& e : Diagnose(s).evidence) {
+    EXPECT_FALSE(absl::StrContains(e, "normalisation divide")) << e;
+  }
+}
+
 // log1p's edge is -1, not 0: log's clamp_min(eps) would make log1p(-p)
 // log1p(eps) for every p.
 TEST(Diagnosis, ALog1pIsKeptAboveMinusOneNotClampedAtEps) {
