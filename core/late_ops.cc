@@ -68,6 +68,7 @@ class LateContext final : public OpContext {
   }
   std::string Source() override { return op_.source; }
   std::string Stack() override { return op_.stack; }
+  std::string Via() override { return op_.via; }
   // The inputs may have changed since: no recomputation after the fact.
   std::optional<double> RecomputeFp32MaxAbs() override { return std::nullopt; }
   // Composite ops are not judged on a GPU (their outputs are their nested

@@ -105,6 +105,7 @@ struct LateOp {
   absl::InlinedVector<OutputStorage, 1> output_storages;
   absl::InlinedVector<LateInput, 2> inputs;
   std::string source, stack;  // when wanted
+  std::string via;            // with them: OpContext::Via
   // Backward ops: the line their forward op was called from, when it was
   // captured (Monitor::ForwardLineWanted); interned, lives for the process.
   absl::string_view forward_source;

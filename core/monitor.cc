@@ -507,6 +507,7 @@ Verdict Monitor::OnOp(OpEvent e, OpContext& context, std::optional<Deferral>* de
     if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
+      row.via = context.Via();
     } else if (!LocateInBackwardCode(context, row)) {
       row.source = std::string(e.forward_source);
       if (want_headroom && !e.scaled_gradients) WantForwardLine(e, row);
@@ -952,6 +953,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
     if (e.phase != Phase::kBackward) {
       row.source = context.Source();
       row.stack = context.Stack();
+      row.via = context.Via();
     } else if (!LocateInBackwardCode(context, row)) {
       row.source = std::string(e.forward_source);
       WantForwardLine(e, row);
@@ -977,7 +979,7 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
         }
       }
       notify_(absl::StrFormat(
-          "first non-finite values: %s %s (%s) at step %d%s%s%s%s",
+          "first non-finite values: %s %s (%s) at step %d%s%s%s%s%s",
           verdict == Verdict::kOrigin ? "origin"
           : row.kind == "compiled"
               ? absl::StrCat("out of torch.compile's ", row.compiled_region, ", seen by")
@@ -985,7 +987,8 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
           e.op,
           PhaseName(e.phase), row.step,
           e.forward_op.empty() ? "" : absl::StrCat(", backward of ", e.forward_op), held_in,
-          row.source.empty() ? "" : " — ", row.source));
+          row.source.empty() ? "" : " — ", row.source,
+          row.via.empty() ? "" : absl::StrCat(", inside ", row.via)));
     }
   }
   Emit(std::move(row));

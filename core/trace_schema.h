@@ -4,7 +4,7 @@
 
 namespace nanhunt {
 
-inline constexpr int kTraceSchemaVersion = 8;
+inline constexpr int kTraceSchemaVersion = 9;
 
 inline constexpr const char kTraceSchema[] = R"sql(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -19,7 +19,7 @@ CREATE TABLE IF NOT EXISTS findings(
   elements INTEGER, nan INTEGER, posinf INTEGER, neginf INTEGER,
   near_max INTEGER, underflow INTEGER, max_abs REAL, fp32_max_abs REAL,
   inputs TEXT, outputs TEXT, source TEXT, stack TEXT, thread INTEGER,
-  time REAL, kernels TEXT, compiled_region TEXT);
+  time REAL, kernels TEXT, compiled_region TEXT, via TEXT);
 CREATE TABLE IF NOT EXISTS steps(
   step INTEGER, ops INTEGER, nonfinite_ops INTEGER, origins INTEGER,
   max_abs REAL, started REAL, ended REAL);

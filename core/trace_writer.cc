@@ -76,8 +76,8 @@ TraceWriter::TraceWriter(std::string path, sqlite3* db,
       db_,
       "INSERT INTO findings(kind,step,call_index,op,top_op,phase,forward_op,"
       "dtype,elements,nan,posinf,neginf,near_max,underflow,max_abs,"
-      "fp32_max_abs,inputs,outputs,source,stack,thread,time,kernels,compiled_region) "
-      "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+      "fp32_max_abs,inputs,outputs,source,stack,thread,time,kernels,compiled_region,via) "
+      "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
       -1, &finding_stmt_, nullptr);
   sqlite3_prepare_v2(db_, "INSERT INTO steps VALUES(?,?,?,?,?,?,?)", -1,
                      &step_stmt_, nullptr);
@@ -348,7 +348,8 @@ void TraceWriter::Write(const Row& row) {
     sqlite3_bind_int64(s, i++, f->thread);
     sqlite3_bind_double(s, i++, f->time);
     BindText(s, i++, f->kernels);
-    BindText(s, i, f->compiled_region);
+    BindText(s, i++, f->compiled_region);
+    BindText(s, i, f->via);
   } else if (const auto* st = std::get_if<StepRow>(&row)) {
     s = step_stmt_;
     sqlite3_bind_int64(s, 1, st->step);

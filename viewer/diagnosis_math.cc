@@ -881,8 +881,31 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
               "step, or a lower learning rate");
     }
   }
+  // The program's line called torch.distributions, whose code made the op
+  // call: a distribution's arguments are what to fix, not a log the program
+  // never wrote. A transform's (TanhTransform's inverse) is its value's,
+  // which the function's own fix covers.
+  const bool via_distribution = !f.via.empty() && !absl::StrContains(f.via, "/transforms.py:");
+  if (!f.via.empty()) {
+    d.evidence.push_back(absl::StrCat(
+        "the op is torch.distributions' own, in ", f.via, ", which the program's line called",
+        via_distribution
+            ? ": a distribution's log, division or power is not finite from finite arguments "
+              "where a parameter is at the edge of its support (a scale, rate or concentration "
+              "of 0, a probability of exactly 0 or 1) or a value is outside the support"
+            : ""));
+  }
+  if (via_distribution) {
+    d.fixes.push_back(
+        "keep the distribution's parameters inside their support: a scale or rate as "
+        "F.softplus(raw) + 1e-4, or the exp of a clamped log-scale (log_std.clamp(-20, 2).exp()), "
+        "not a ReLU or a clamp at 0; probabilities as logits (Categorical(logits=...), "
+        "Bernoulli(logits=...)). Leave validate_args on (the default; validate_args=False or "
+        "Distribution.set_default_validate_args(False) turn it off): it raises a ValueError "
+        "naming the parameter or value out of its support");
+  }
   // The program kept its denominator off 0 already, with an eps too small.
-  if (singular != nullptr && eps == nullptr && !mean_over_nothing) {
+  if (singular != nullptr && eps == nullptr && !mean_over_nothing && !via_distribution) {
     d.fixes.push_back(singular->fix);
   }
   if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {

@@ -661,6 +661,10 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       const bool forward_line = SourceIsForwardLine(f);
       absl::StrAppend(&out, forward_line ? "          forward op called at " : "          at ",
                       Fit(f.source, w - (forward_line ? 32 : 13)), "\n");
+      // The line called torch.distributions, whose code made the op call.
+      if (!f.via.empty()) {
+        absl::StrAppend(&out, "          inside ", Fit(f.via, w - 17), "\n");
+      }
     } else if (!s.first_origin_later_lines.empty()) {
       absl::StrAppend(&out, "          forward op called at (lines of this backward op's findings from step ",
                       s.first_origin_later_lines_step, " on):\n");
@@ -994,6 +998,7 @@ std::string RenderJson(const RunSummary& s) {
     if (f.fp32_max_abs) j.Number(*f.fp32_max_abs); else j.Null();
     j.Key("rank").String(s.first_origin_rank);
     j.Key("source").String(f.source);
+    j.Key("via").String(f.via);
     j.Key("later_forward_lines").BeginArray();
     for (const std::string& line : s.first_origin_later_lines) j.String(line);
     j.EndArray();

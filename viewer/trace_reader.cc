@@ -83,6 +83,7 @@ FindingRow ReadFinding(sqlite3_stmt* s) {
   f.time = sqlite3_column_double(s, i++);
   if (sqlite3_column_count(s) > i) f.kernels = Text(s, i++);  // schema 4
   if (sqlite3_column_count(s) > i) f.compiled_region = Text(s, i++);  // schema 8
+  if (sqlite3_column_count(s) > i) f.via = Text(s, i++);              // schema 9
   return f;
 }
 
@@ -311,11 +312,13 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
         [&](sqlite3_stmt* s) { t.meta[Text(s, 0)] = Text(s, 1); }, t.problems);
   const bool has_kernels = HasColumn(db, "findings", "kernels");
   const bool has_regions = has_kernels && HasColumn(db, "findings", "compiled_region");
+  const bool has_via = has_regions && HasColumn(db, "findings", "via");
   const std::string findings_sql = absl::StrCat(
       "SELECT kind,step,call_index,op,top_op,phase,forward_op,dtype,"
       "elements,nan,posinf,neginf,near_max,underflow,max_abs,fp32_max_abs,"
       "inputs,outputs,source,stack,thread,time",
       has_kernels ? ",kernels" : "", has_regions ? ",compiled_region" : "",
+      has_via ? ",via" : "",
       " FROM findings ORDER BY id");
   Query(db, "findings", findings_sql.c_str(),
         [&](sqlite3_stmt* s) { t.findings.push_back(ReadFinding(s)); },

@@ -337,6 +337,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
     TorchOpContext context(inputs, none, no_outputs, traits, limits, torch_dir);
     op->source = context.Source();
     op->stack = context.Stack();
+    op->via = context.Via();
   }
   // Outputs: host ones are checked now; device ones are enqueued. The op
   // is complete once every enqueued result is in (pending counts them).

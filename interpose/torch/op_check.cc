@@ -1186,6 +1186,7 @@ void TorchOpContext::Locate() {
   SourceLocation loc = CaptureSourceLocation(torch_dir_);
   source_ = std::move(loc.source);
   stack_ = std::move(loc.stack);
+  via_ = std::move(loc.via);
 }
 
 std::string TorchOpContext::Source() {
@@ -1196,6 +1197,11 @@ std::string TorchOpContext::Source() {
 std::string TorchOpContext::Stack() {
   Locate();
   return stack_;
+}
+
+std::string TorchOpContext::Via() {
+  Locate();
+  return via_;
 }
 
 OpContext::CallSite TorchOpContext::BackwardCallSite() {

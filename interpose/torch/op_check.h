@@ -294,6 +294,7 @@ class TorchOpContext final : public OpContext {
   void LeaveModelTensorsUnnamed() { name_model_tensors_ = false; }
   std::string Source() override;
   std::string Stack() override;
+  std::string Via() override;
   CallSite BackwardCallSite() override;
   std::optional<double> RecomputeFp32MaxAbs() override;
   bool InputsHoldMasks(absl::string_view op) override;
@@ -311,7 +312,7 @@ class TorchOpContext final : public OpContext {
   const std::string& torch_dir_;
   bool located_ = false;
   bool name_model_tensors_ = true;
-  std::string source_, stack_;
+  std::string source_, stack_, via_;
 };
 
 }  // namespace nanhunt

@@ -51,6 +51,9 @@ class CodeFacts {
   struct Facts {
     std::string file, name;
     bool user = false;
+    // torch.distributions' code: "Normal.log_prob (torch/distributions/
+    // normal.py" (the line follows), empty elsewhere.
+    std::string distribution;
     // torch's call into autograd's engine (torch.autograd.backward and
     // grad run it): frames inside it run within the backward pass.
     bool engine_call = false;
@@ -93,6 +96,15 @@ class CodeFacts {
     into.file = StringAttr(py, code, "co_filename");
     into.name = StringAttr(py, code, "co_name");
     into.user = IsUserFile(into.file, skip_dir);
+    into.distribution.clear();
+    const std::string distributions = skip_dir + "/distributions/";
+    if (!into.user && !skip_dir.empty() && absl::StartsWith(into.file, distributions)) {
+      // co_qualname (Python 3.11) names the class too: "Normal.log_prob".
+      const std::string qualified = StringAttr(py, code, "co_qualname");
+      into.distribution =
+          absl::StrCat(qualified == "?" ? into.name : qualified, " (torch/distributions/",
+                       into.file.substr(distributions.size()), ":");
+    }
     // torch/autograd/graph.py's _engine_run_backward in recent torch; in
     // older ones torch.autograd.backward and grad call the engine themselves.
     into.engine_call =
@@ -111,9 +123,11 @@ class CodeFacts {
 
 // The user frames of this thread's Python stack, innermost first; with
 // `within_backward`, only those inside the innermost call into autograd's
-// engine. False when this thread has no Python state.
+// engine. `via`, when not null, gets the innermost torch.distributions
+// frame below the first user frame. False when this thread has no Python
+// state.
 bool PythonFrames(const std::string& skip_dir, int max_frames, bool within_backward,
-                  std::vector<std::string>& out) {
+                  std::vector<std::string>& out, std::string* via = nullptr) {
   static CodeFacts* const codes = new CodeFacts();  // leaked on purpose: holds references
   const PythonApi& py = Python();
   if (!py.ok || !py.IsInitialized() || py.IsFinalizing()) return false;
@@ -131,6 +145,9 @@ bool PythonFrames(const std::string& skip_dir, int max_frames, bool within_backw
     if (within_backward && facts.engine_call) {
       py.DecRef(code);
       break;
+    }
+    if (via != nullptr && via->empty() && out.empty() && !facts.distribution.empty()) {
+      *via = absl::StrCat(facts.distribution, codes->LineOf(py, facts, frame), ")");
     }
     if (facts.user) {
       out.push_back(absl::StrCat(facts.file, ":", codes->LineOf(py, facts, frame), " in ",
@@ -191,10 +208,11 @@ SourceLocation CaptureSourceLocation(const std::string& skip_dir, int frames) {
   // In a Python process a native stack shows the interpreter, not the
   // user's code: a thread without Python frames gets no location instead.
   std::vector<std::string> found;
-  if (!PythonFrames(skip_dir, frames, /*within_backward=*/false, found) && !python_process) {
+  SourceLocation loc;
+  if (!PythonFrames(skip_dir, frames, /*within_backward=*/false, found, &loc.via) &&
+      !python_process) {
     NativeFrames(frames, found);
   }
-  SourceLocation loc;
   if (!found.empty()) loc.source = found.front();
   loc.stack = absl::StrJoin(found, "\n");
   return loc;

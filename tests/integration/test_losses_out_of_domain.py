@@ -1,8 +1,8 @@
 """Hand-written losses that go NaN for a reason of their own, run under
 the preload: each diagnosis must name that reason and its fix, not fp16's
 range and not a mask's trap."""
-from conftest import (PYTHON, SCRIPTS, origin_of_failing_run, plain_and_monitored, preload_run,
-                      view_json)
+from conftest import (NANHUNT, PYTHON, SCRIPTS, origin_of_failing_run, plain_and_monitored,
+                      preload_run, run, view_json)
 
 SCRIPT = SCRIPTS / "losses_out_of_domain.py"
 
@@ -139,11 +139,37 @@ def test_a_squashed_policys_atanh_of_a_replayed_action_of_1_is_the_inverse_tanhs
     script = SCRIPTS / "squashed_policy.py"
     first, d = origin_of_failing_run([PYTHON, script, "replayed"], out, "step 0 loss nan")
     assert (first["op"], first["step"]) == ("aten::atanh", 0), first
+    # torch.distributions' code called it, for the program's log_prob line.
+    assert "_inverse (torch/distributions/transforms.py:" in first["via"], first
     evidence = " ".join(d["evidence"])
     assert "atanh is ±inf at ±1 and NaN beyond: the inverse of a tanh" in evidence, d
     assert "acos" not in evidence, d
     assert d["fixes"][0].startswith("keep the argument inside (-1, 1): x.clamp(-1 + 1e-5"), d
     plain_and_monitored([PYTHON, script, "clamped"], out.parent / "fixed")
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
+def test_a_distributions_log_of_its_scale_is_named_inside_its_method_with_the_scale_to_fix(out):
+    # Normal(mean, relu(raw)).log_prob(y), validation off: log(scale) of 0
+    # inside torch.distributions. The program's line writes no log; it
+    # said "clamp the argument away from 0 ... F.logsigmoid".
+    script = SCRIPTS / "gaussian_likelihood.py"
+    r = preload_run([PYTHON, script, "relu"], out)
+    assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
+    line = f"{script}:29 in <module>"
+    assert f"{line}, inside Normal.log_prob (torch/distributions/normal.py:" in r.stderr, r.stderr
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["step"], first["source"]) == ("aten::log", 0, line), first
+    assert first["via"].startswith("Normal.log_prob (torch/distributions/normal.py:"), first
+    assert (d["kind"], d["op"]) == ("invalid_math", "aten::log"), d
+    assert any(e.startswith("the op is torch.distributions' own, in Normal.log_prob")
+               for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("keep the distribution's parameters inside their support"), d
+    assert not any("F.logsigmoid" in f for f in d["fixes"]), d["fixes"]
+    text = run([NANHUNT, "view", out]).stdout
+    assert "\n          inside Normal.log_prob (torch/distributions/normal.py:" in text, text
+    plain_and_monitored([PYTHON, script, "softplus"], out.parent / "fixed")
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 

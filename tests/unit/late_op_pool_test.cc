@@ -49,6 +49,7 @@ void FillEveryField(LateOp& op) {
   }
   op.source = "train.py:30";
   op.stack = "train.py:30 in forward";
+  op.via = "Normal.log_prob (torch/distributions/normal.py:95)";
   op.kernels = "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn";
   op.loss_scaling = op.scaled_gradients = op.others_unchecked = true;
   op.result_contexts.resize(1);
@@ -71,7 +72,7 @@ void ExpectNewOp(const LateOp& op) {
   EXPECT_EQ(op.thread, 0u);
   EXPECT_TRUE(op.outputs.empty() && op.output_sizes.empty() && op.output_storages.empty() &&
               op.inputs.empty() && op.result_contexts.empty());
-  EXPECT_TRUE(op.source.empty() && op.stack.empty() && op.kernels.empty());
+  EXPECT_TRUE(op.source.empty() && op.stack.empty() && op.via.empty() && op.kernels.empty());
   EXPECT_FALSE(op.loss_scaling || op.scaled_gradients || op.others_unchecked);
   EXPECT_EQ(op.pending.load(), 0);
 }

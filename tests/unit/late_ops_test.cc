@@ -135,6 +135,15 @@ TEST_F(LateOpsTest, TheKernelsAnOpLaunchedGoWithItsFinding) {
   EXPECT_EQ(monitor_.first_origin()->kernels, "_Z4gemmPf<<<8,1,1>>>");
 }
 
+TEST_F(LateOpsTest, TheDistributionsCodeThatCalledAnOpGoesWithItsFinding) {
+  auto op = Op(1, "aten::log", 0);
+  op->source = "train.py:10 in <module>";
+  op->via = "Normal.log_prob (torch/distributions/normal.py:95)";
+  EXPECT_EQ(late_.OnResult(op.get(), 0, Counts(2)), Verdict::kOrigin);
+  EXPECT_EQ(monitor_.first_origin()->source, "train.py:10 in <module>");
+  EXPECT_EQ(monitor_.first_origin()->via, "Normal.log_prob (torch/distributions/normal.py:95)");
+}
+
 TEST_F(LateOpsTest, ABackwardOpsFindingHasItsForwardOpsLineAndWantsItForLater) {
   auto op = Op(1, "aten::mm", 0);
   op->phase = Phase::kBackward;

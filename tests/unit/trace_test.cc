@@ -90,6 +90,48 @@ TEST_F(TraceTest, WrittenRowsReadBackAndSummarise) {
   EXPECT_NE(json.find("\"max_abs\":71000"), std::string::npos) << json;
 }
 
+TEST_F(TraceTest, TheDistributionsCodeAFindingCameThroughReadsBackAndOlderTracesLackIt) {
+  {
+    auto w = TraceWriter::Open(path_, std::chrono::milliseconds(50));
+    ASSERT_TRUE(w.ok()) << w.status();
+    (*w)->PutMeta("ended", "1");
+    FindingRow f;
+    f.kind = "origin";
+    f.op = "aten::log";
+    f.phase = "forward";
+    f.neginf = 5;
+    f.source = "train.py:10 in <module>";
+    f.via = "Normal.log_prob (torch/distributions/normal.py:95)";
+    (*w)->Add(f);
+    (*w)->Close();
+  }
+  auto t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->findings.size(), 1u);
+  EXPECT_EQ(t->findings[0].via, "Normal.log_prob (torch/distributions/normal.py:95)");
+  const RunSummary s = Summarise({*t});
+  EXPECT_NE(RenderJson(s).find(
+                "\"via\":\"Normal.log_prob (torch/distributions/normal.py:95)\""),
+            std::string::npos);
+  EXPECT_NE(RenderText(s, 100, false).find(
+                "          at train.py:10 in <module>\n"
+                "          inside Normal.log_prob (torch/distributions/normal.py:95)\n"),
+            std::string::npos)
+      << RenderText(s, 100, false);
+  // Schema 8 and older: no via column.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "ALTER TABLE findings DROP COLUMN via", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  t = ReadTrace(path_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->problems.empty());
+  ASSERT_EQ(t->findings.size(), 1u);
+  EXPECT_EQ(t->findings[0].source, "train.py:10 in <module>");
+  EXPECT_EQ(t->findings[0].via, "");
+}
+
 TEST_F(TraceTest, RenumberedStepsJoinTheStepTheyBelongTo) {
   // Micro-batches 2 and 3 of the first iteration were counted as steps 1
   // and 2 until the first update said otherwise: their rows join step 0,
