@@ -558,6 +558,20 @@ const at::Tensor* FirstGradInput(c10::ArrayRef<const c10::IValue> inputs) {
   return nullptr;
 }
 
+// The first input that is a parameter proper, a leaf that requires grad,
+// or null. Its memory stays its own: an activation's goes back to the
+// allocator and comes again under the next tensor made, so that (op,
+// memory) pairs of activations repeat within one forward pass.
+const at::Tensor* FirstLeafGradInput(c10::ArrayRef<const c10::IValue> inputs) {
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad() &&
+        v.toTensor().is_leaf()) {
+      return &v.toTensor();
+    }
+  }
+  return nullptr;
+}
+
 bool AnyRequiresGrad(c10::ArrayRef<const c10::IValue> inputs) {
   return FirstGradInput(inputs) != nullptr;
 }
@@ -980,8 +994,10 @@ void BeginStepAtTopLevelOp(const at::RecordFunction& fn, ThreadState& ts) {
   Session& session = *Session::Get();
   ts.busy = true;  // as at an op's end: what this runs is no op of the model's
   // Sample mode sees some op calls only: no pair can be told to come
-  // twice in a pass.
-  const void* pair_parameter = session.sampler() == nullptr ? StorageKey(*parameter) : nullptr;
+  // twice in a pass. An op on activations alone makes no pair.
+  const at::Tensor* leaf = FirstLeafGradInput(fn.inputs());
+  const void* pair_parameter =
+      session.sampler() == nullptr && leaf != nullptr ? StorageKey(*leaf) : nullptr;
   DeliverResultsBeforeIterationVerdict(call, session, fn.name(), pair_parameter);
   session.monitor().OnTopLevelOpStart(
       call.phase, call.grad_enabled, call.takes_grad_input,

@@ -9,7 +9,7 @@ from conftest import NANHUNT, PYTHON, SCRIPTS, preload_run, run, view_json
 SCRIPT = SCRIPTS / "evaluation_only.py"
 
 
-@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "grad"])
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "grad", "attention"])
 def test_each_forward_pass_of_an_evaluation_is_a_step(out, mode):
     r = preload_run([PYTHON, SCRIPT, mode], out)
     assert r.returncode == 0, r.stderr
@@ -18,7 +18,7 @@ def test_each_forward_pass_of_an_evaluation_is_a_step(out, mode):
     j = view_json(out)
     first = j["first_origin"]
     assert (first["kind"], first["step"], first["phase"]) == ("origin", 5, "forward"), first
-    assert first["source"].endswith("evaluation_only.py:51 in <module>"), first["source"]
+    assert first["source"].endswith("evaluation_only.py:68 in <module>"), first["source"]
     assert j["steps"] == 8 and j["forward_passes"], (j["steps"], j["forward_passes"])
     assert j["nonfinite_steps"] == [5], j["nonfinite_steps"]
     text = run([NANHUNT, "view", out]).stdout

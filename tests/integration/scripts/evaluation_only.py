@@ -4,6 +4,9 @@ nothing. Batch 5 is scaled up until the first linear overflows fp16.
   evaluation_only.py no_grad          under torch.no_grad()
   evaluation_only.py inference_mode   under torch.inference_mode()
   evaluation_only.py grad             grad mode left on (a forgotten no_grad)
+  evaluation_only.py attention        grad mode left on, and self-attention
+      between the linears: many ops on activations, whose memory the
+      allocator hands from one to the next within a pass
   evaluation_only.py validate-then-train
       two evaluation batches, then three training steps, the overflow in
       training step 2 (the evaluation batches are no steps of training)
@@ -22,11 +25,25 @@ mode = sys.argv[1]
 device = os.environ.get("DEVICE", "cpu")
 # Set-up that reads each parameter more than once, before any pass: a move
 # (to where the model already is, on the CPU), a cast, a scaling.
-model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).to(device).half()
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, h):
+        h = h.unflatten(0, (4, 4))
+        return (h + self.attention(h, h, h)[0]).flatten(0, 1)
+
+
+middle = SelfAttention() if mode == "attention" else nn.ReLU()
+model = nn.Sequential(nn.Linear(32, 64), middle, nn.Linear(64, 8)).to(device).half()
 with torch.no_grad():
     model[0].weight.mul_(8)
 context = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
-           "grad": contextlib.nullcontext}.get(mode, torch.no_grad)
+           "grad": contextlib.nullcontext,
+           "attention": contextlib.nullcontext}.get(mode, torch.no_grad)
 
 
 def batch(scale):
