@@ -126,8 +126,9 @@ class OpContext {
   // "file.py:123 in forward" of the user's code, and a few frames of stack.
   virtual std::string Source() = 0;
   virtual std::string Stack() = 0;
-  // The torch.distributions method that made the call for that line
-  // ("Normal.log_prob (torch/distributions/normal.py:87)"), if one did.
+  // The torch code that made the call for that line, where the line shows
+  // no such op ("Normal.log_prob (torch/distributions/normal.py:87)";
+  // source_location.h), if one did.
   virtual std::string Via() { return ""; }
   // Backward ops: the user's code that called the op within the backward
   // pass (a gradient hook, a custom autograd.Function's backward), as

@@ -38,8 +38,9 @@ struct FindingRow {
   // its stack (Monitor: LocateInBackwardCode; SourceIsForwardLine tells
   // them apart).
   std::string source, stack;
-  // The torch.distributions method between the op and that line, whose
-  // code made the call ("Normal.log_prob (torch/distributions/normal.py:87)").
+  // The torch code between the op and that line that made the call, a
+  // distribution's method or nn.MultiheadAttention's ("Normal.log_prob
+  // (torch/distributions/normal.py:87)").
   std::string via;
   std::string kernels;  // GPU kernels the op launched (CUPTI), "name<<<grid>>>; ..."
   // A "compiled" finding's torch.compile region (OpEvent::compiled_region),

@@ -720,6 +720,52 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
   return d;
 }
 
+// For a finding whose op torch's own code made for the program's line
+// (FindingRow::via): that code, as evidence, and the fix of its arguments
+// where there is one; whether that fix replaces `singular`'s, whose
+// argument the program never wrote. A transform's (TanhTransform's
+// inverse) is its value's, which the function's own fix covers.
+bool AddViaEvidenceAndFix(const FindingRow& f, const Singularity* singular, Diagnosis& d) {
+  if (f.via.empty()) return false;
+  const bool attention = absl::StartsWith(f.via, "multi_head_attention_forward (") ||
+                         absl::StartsWith(f.via, "MultiheadAttention.forward (");
+  // Its softmax over keys that were all masked (need_weights=True computes
+  // it op by op; scaled_dot_product_attention otherwise).
+  const bool masked_rows = attention && singular != nullptr &&
+                           (absl::StrContains(f.op, "softmax") ||
+                            absl::StrContains(f.op, "scaled_dot_product"));
+  const bool distribution = absl::StrContains(f.via, "(torch/distributions/") &&
+                            !absl::StrContains(f.via, "(torch/distributions/transforms.py:");
+  d.evidence.push_back(absl::StrCat(
+      attention ? "the op is nn.MultiheadAttention's own" : "the op is torch.distributions' own",
+      ", in ", f.via, ", which the program's line called",
+      distribution
+          ? ": a distribution's log, division or power is not finite from finite arguments "
+            "where a parameter is at the edge of its support (a scale, rate or concentration "
+            "of 0, a probability of exactly 0 or 1) or a value is outside the support"
+      : masked_rows
+          ? ": it turns a boolean key_padding_mask (or attn_mask) into -inf where it is True, "
+            "so a sample whose every key is True has no position left to attend to"
+          : ""));
+  if (distribution) {
+    d.fixes.push_back(
+        "keep the distribution's parameters inside their support: a scale or rate as "
+        "F.softplus(raw) + 1e-4, or the exp of a clamped log-scale (log_std.clamp(-20, 2).exp()), "
+        "not a ReLU or a clamp at 0; probabilities as logits (Categorical(logits=...), "
+        "Bernoulli(logits=...)). Leave validate_args on (the default; validate_args=False or "
+        "Distribution.set_default_validate_args(False) turn it off): it raises a ValueError "
+        "naming the parameter or value out of its support");
+  }
+  if (masked_rows) {
+    d.fixes.push_back(
+        "give nn.MultiheadAttention a key_padding_mask that is True at the padding only: it "
+        "masks where True, the opposite of a Hugging Face attention_mask (1 = attend), which "
+        "goes in as ~attention_mask.bool(); a sample that is all padding (an empty sequence) "
+        "needs one key left unmasked, or to leave the batch");
+  }
+  return distribution || masked_rows;
+}
+
 std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool recomputed_non_finite = f.fp32_max_abs && !std::isfinite(*f.fp32_max_abs);
   const bool wide = HasFp32Range(f.dtype) && !(f.fp32_max_abs && std::isfinite(*f.fp32_max_abs));
@@ -881,31 +927,11 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
               "step, or a lower learning rate");
     }
   }
-  // The program's line called torch.distributions, whose code made the op
-  // call: a distribution's arguments are what to fix, not a log the program
-  // never wrote. A transform's (TanhTransform's inverse) is its value's,
-  // which the function's own fix covers.
-  const bool via_distribution = !f.via.empty() && !absl::StrContains(f.via, "/transforms.py:");
-  if (!f.via.empty()) {
-    d.evidence.push_back(absl::StrCat(
-        "the op is torch.distributions' own, in ", f.via, ", which the program's line called",
-        via_distribution
-            ? ": a distribution's log, division or power is not finite from finite arguments "
-              "where a parameter is at the edge of its support (a scale, rate or concentration "
-              "of 0, a probability of exactly 0 or 1) or a value is outside the support"
-            : ""));
-  }
-  if (via_distribution) {
-    d.fixes.push_back(
-        "keep the distribution's parameters inside their support: a scale or rate as "
-        "F.softplus(raw) + 1e-4, or the exp of a clamped log-scale (log_std.clamp(-20, 2).exp()), "
-        "not a ReLU or a clamp at 0; probabilities as logits (Categorical(logits=...), "
-        "Bernoulli(logits=...)). Leave validate_args on (the default; validate_args=False or "
-        "Distribution.set_default_validate_args(False) turn it off): it raises a ValueError "
-        "naming the parameter or value out of its support");
-  }
+  // torch's own code made the op call for the program's line: its
+  // arguments are what to fix, not a log or softmax the program never wrote.
+  const bool via_fixed = AddViaEvidenceAndFix(f, singular, d);
   // The program kept its denominator off 0 already, with an eps too small.
-  if (singular != nullptr && eps == nullptr && !mean_over_nothing && !via_distribution) {
+  if (singular != nullptr && eps == nullptr && !mean_over_nothing && !via_fixed) {
     d.fixes.push_back(singular->fix);
   }
   if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {

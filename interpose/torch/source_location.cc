@@ -31,6 +31,18 @@ std::string StringAttr(const PythonApi& py, void* obj, const char* name) {
   return out;
 }
 
+// torch's Python code whose ops the user's line does not show: a
+// distribution's methods (Normal.log_prob's log of its scale), and
+// nn.MultiheadAttention's, which turns a boolean key_padding_mask into -inf
+// and takes the softmax. `in_torch` is the file within the package
+// ("distributions/normal.py").
+bool IsViaCode(absl::string_view in_torch, absl::string_view qualified_name) {
+  if (absl::StartsWith(in_torch, "distributions/")) return true;
+  return (in_torch == "nn/functional.py" && qualified_name == "multi_head_attention_forward") ||
+         (in_torch == "nn/modules/activation.py" &&
+          qualified_name == "MultiheadAttention.forward");
+}
+
 bool IsUserFile(const std::string& file, const std::string& skip_dir) {
   if (file.empty() || file[0] == '<') return false;  // <frozen ...>, <string>
   // nanhunt's own Python (step_guard.py's GradScaler.step wrapper, which
@@ -51,9 +63,10 @@ class CodeFacts {
   struct Facts {
     std::string file, name;
     bool user = false;
-    // torch.distributions' code: "Normal.log_prob (torch/distributions/
-    // normal.py" (the line follows), empty elsewhere.
-    std::string distribution;
+    // torch code worth naming beside the user's line (IsViaCode):
+    // "Normal.log_prob (torch/distributions/normal.py:" (the line
+    // follows), empty elsewhere.
+    std::string via;
     // torch's call into autograd's engine (torch.autograd.backward and
     // grad run it): frames inside it run within the backward pass.
     bool engine_call = false;
@@ -96,14 +109,15 @@ class CodeFacts {
     into.file = StringAttr(py, code, "co_filename");
     into.name = StringAttr(py, code, "co_name");
     into.user = IsUserFile(into.file, skip_dir);
-    into.distribution.clear();
-    const std::string distributions = skip_dir + "/distributions/";
-    if (!into.user && !skip_dir.empty() && absl::StartsWith(into.file, distributions)) {
+    into.via.clear();
+    if (!into.user && !skip_dir.empty() && absl::StartsWith(into.file, skip_dir + "/")) {
+      const std::string in_torch = into.file.substr(skip_dir.size() + 1);
       // co_qualname (Python 3.11) names the class too: "Normal.log_prob".
-      const std::string qualified = StringAttr(py, code, "co_qualname");
-      into.distribution =
-          absl::StrCat(qualified == "?" ? into.name : qualified, " (torch/distributions/",
-                       into.file.substr(distributions.size()), ":");
+      std::string qualified = StringAttr(py, code, "co_qualname");
+      if (qualified == "?") qualified = into.name;
+      if (IsViaCode(in_torch, qualified)) {
+        into.via = absl::StrCat(qualified, " (torch/", in_torch, ":");
+      }
     }
     // torch/autograd/graph.py's _engine_run_backward in recent torch; in
     // older ones torch.autograd.backward and grad call the engine themselves.
@@ -123,8 +137,8 @@ class CodeFacts {
 
 // The user frames of this thread's Python stack, innermost first; with
 // `within_backward`, only those inside the innermost call into autograd's
-// engine. `via`, when not null, gets the innermost torch.distributions
-// frame below the first user frame. False when this thread has no Python
+// engine. `via`, when not null, gets the innermost frame of IsViaCode's
+// below the first user frame. False when this thread has no Python
 // state.
 bool PythonFrames(const std::string& skip_dir, int max_frames, bool within_backward,
                   std::vector<std::string>& out, std::string* via = nullptr) {
@@ -146,8 +160,8 @@ bool PythonFrames(const std::string& skip_dir, int max_frames, bool within_backw
       py.DecRef(code);
       break;
     }
-    if (via != nullptr && via->empty() && out.empty() && !facts.distribution.empty()) {
-      *via = absl::StrCat(facts.distribution, codes->LineOf(py, facts, frame), ")");
+    if (via != nullptr && via->empty() && out.empty() && !facts.via.empty()) {
+      *via = absl::StrCat(facts.via, codes->LineOf(py, facts, frame), ")");
     }
     if (facts.user) {
       out.push_back(absl::StrCat(facts.file, ":", codes->LineOf(py, facts, frame), " in ",

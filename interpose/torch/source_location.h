@@ -10,10 +10,11 @@ namespace nanhunt {
 struct SourceLocation {
   std::string source;  // "train.py:42 in forward", the innermost user frame
   std::string stack;   // up to 8 user frames, innermost first, one per line
-  // The torch.distributions code that made the op call for the user's line
-  // (a log_prob's log of its scale): "Normal.log_prob
-  // (torch/distributions/normal.py:87)", its innermost frame there. The
-  // user's line alone names no op of a distribution's.
+  // The torch code that made the op call for the user's line, where the
+  // line alone shows no such op: a distribution's method (a log_prob's log
+  // of its scale), "Normal.log_prob (torch/distributions/normal.py:87)", or
+  // nn.MultiheadAttention's, "multi_head_attention_forward
+  // (torch/nn/functional.py:6480)"; its innermost frame there.
   std::string via;
 };
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from conftest import (NANHUNT, PYTHON, SCRIPTS, findings, plain_and_monitored, preload_run,
-                      preload_script, run, view_json)
+from conftest import (NANHUNT, PYTHON, SCRIPTS, findings, origin_of_failing_run,
+                      plain_and_monitored, preload_run, preload_script, run, view_json)
 
 SCRIPT = SCRIPTS / "masked_attention.py"
 
@@ -47,6 +47,28 @@ def test_a_row_masked_entirely_is_the_origin_of_nan_in_softmax(out):
     assert d["kind"] == "invalid_math", d
     assert "every entry is -inf" in " ".join(d["evidence"])
     assert "torch.finfo(dtype).min" in " ".join(d["fixes"])
+
+
+def test_a_hugging_face_attention_mask_given_to_multihead_attention_is_named_inverted(out):
+    # key_padding_mask=attention_mask.bool(): nn.MultiheadAttention masks
+    # where True, so the sample without padding has every key masked. Its
+    # softmax is torch's own code's, inside nn.MultiheadAttention; it said
+    # "mask with torch.finfo(dtype).min instead of -inf", which a boolean
+    # key_padding_mask cannot do.
+    script = SCRIPTS / "attention_padding_mask.py"
+    first, d = origin_of_failing_run([PYTHON, script, "as-is"], out, "step 0 loss nan")
+    assert (first["op"], first["step"]) == ("aten::_softmax", 0), first
+    assert first["source"].endswith("attention_padding_mask.py:32 in <module>"), first
+    assert first["via"].startswith(
+        "multi_head_attention_forward (torch/nn/functional.py:"), first
+    assert any(e.startswith("the op is nn.MultiheadAttention's own") and
+               "a sample whose every key is True" in e for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("give nn.MultiheadAttention a key_padding_mask that is True "
+                                    "at the padding only"), d["fixes"]
+    assert "~attention_mask.bool()" in d["fixes"][0], d["fixes"]
+    assert not any("torch.finfo(dtype).min" in f for f in d["fixes"]), d["fixes"]
+    plain_and_monitored([PYTHON, script, "inverted"], out.parent / "fixed")
+    assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
 def test_the_report_neither_charts_nor_counts_masks(out, tmp_path):

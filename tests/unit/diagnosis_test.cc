@@ -859,6 +859,31 @@ TEST(Diagnosis, AZeroedWeightUnderWeightNormIsNamedWithItsScale) {
                     "layer.parametrizations.weight.original0");
 }
 
+// An op torch's own code made for the program's line: a distribution's log
+// is its parameter's to fix, nn.MultiheadAttention's softmax over masked
+// keys its key_padding_mask's; a transform's keeps its function's fix.
+TEST(Diagnosis, AnOpInsideTorchsCodeIsFixedWhereTheProgramGaveItsArguments) {
+  RunSummary s = NanLossRun(3, "aten::log", "", 16, 0, "#0 float32[16] max|x|=0.96", {0});
+  s.first_origin->neginf = 5;
+  s.first_origin->via = "Normal.log_prob (torch/distributions/normal.py:95)";
+  ExpectInvalidMath(s, "the op is torch.distributions' own, in Normal.log_prob",
+                    "keep the distribution's parameters inside their support");
+  for (const std::string& f : Diagnose(s).fixes) EXPECT_FALSE(absl::StrContains(f, "clamp_min"));
+
+  s = NanLossRun(3, "aten::_softmax", "aten::softmax", 1600, 800,
+                 "#0 float32[16, 10, 10] max|x|=inf -inf=1280, put there by a mask", {0});
+  s.first_origin->via = "multi_head_attention_forward (torch/nn/functional.py:7112)";
+  ExpectInvalidMath(s, "the op is nn.MultiheadAttention's own",
+                    "key_padding_mask that is True at the padding only");
+  for (const std::string& f : Diagnose(s).fixes) EXPECT_FALSE(absl::StrContains(f, "finfo"));
+
+  s = NanLossRun(3, "aten::atanh", "", 64, 0, "#0 float32[32, 2] max|x|=1", {0});
+  s.first_origin->posinf = 11;
+  s.first_origin->via = "TanhTransform._inverse (torch/distributions/transforms.py:728)";
+  ExpectInvalidMath(s, "the op is torch.distributions' own, in TanhTransform._inverse",
+                    "keep the argument inside (-1, 1)");
+}
+
 // A norm with eps=0 over a constant row: 1 / sqrt(0), then 0 * inf (CPU's
 // rms_norm, op by op, shows its rsqrt's +inf). The norm's eps, not a
 // denominator of the program's.
