@@ -725,20 +725,25 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
 // where there is one; whether that fix replaces `singular`'s, whose
 // argument the program never wrote. A transform's (TanhTransform's
 // inverse) is its value's, which the function's own fix covers.
-bool AddViaEvidenceAndFix(const FindingRow& f, const Singularity* singular, Diagnosis& d) {
-  if (f.via.empty()) return false;
-  const bool attention = absl::StartsWith(f.via, "multi_head_attention_forward (") ||
-                         absl::StartsWith(f.via, "MultiheadAttention.forward (");
+bool AddViaEvidenceAndFix(const RunSummary& s, const FindingRow& f, const Singularity* singular,
+                          Diagnosis& d) {
+  // A GPU origin has no line of its own: its later findings' (summary.h).
+  const bool first = s.first_origin.has_value() && &f == &*s.first_origin;
+  const std::string& via =
+      first && f.via.empty() && f.source.empty() ? s.first_origin_later_via : f.via;
+  if (via.empty()) return false;
+  const bool attention = absl::StartsWith(via, "multi_head_attention_forward (") ||
+                         absl::StartsWith(via, "MultiheadAttention.forward (");
   // Its softmax over keys that were all masked (need_weights=True computes
   // it op by op; scaled_dot_product_attention otherwise).
   const bool masked_rows = attention && singular != nullptr &&
                            (absl::StrContains(f.op, "softmax") ||
                             absl::StrContains(f.op, "scaled_dot_product"));
-  const bool distribution = absl::StrContains(f.via, "(torch/distributions/") &&
-                            !absl::StrContains(f.via, "(torch/distributions/transforms.py:");
+  const bool distribution = absl::StrContains(via, "(torch/distributions/") &&
+                            !absl::StrContains(via, "(torch/distributions/transforms.py:");
   d.evidence.push_back(absl::StrCat(
       attention ? "the op is nn.MultiheadAttention's own" : "the op is torch.distributions' own",
-      ", in ", f.via, ", which the program's line called",
+      ", in ", via, ", which the program's line called",
       distribution
           ? ": a distribution's log, division or power is not finite from finite arguments "
             "where a parameter is at the edge of its support (a scale, rate or concentration "
@@ -929,7 +934,7 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   }
   // torch's own code made the op call for the program's line: its
   // arguments are what to fix, not a log or softmax the program never wrote.
-  const bool via_fixed = AddViaEvidenceAndFix(f, singular, d);
+  const bool via_fixed = AddViaEvidenceAndFix(s, f, singular, d);
   // The program kept its denominator off 0 already, with an eps too small.
   if (singular != nullptr && eps == nullptr && !mean_over_nothing && !via_fixed) {
     d.fixes.push_back(singular->fix);

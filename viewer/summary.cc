@@ -30,26 +30,39 @@ bool Before(const FindingRow& a, const FindingRow& b) {
   return a.time < b.time;
 }
 
-// For a backward first origin without its forward op's line: the lines
-// that later origins and warnings of the same backward op of the same
-// forward op had (the monitor captures them from the first such finding
-// on). Several lines: the forward op is called from several places.
-void FillLaterForwardLines(const std::vector<Trace>& traces, RunSummary& s) {
+// For a first origin without a line: the lines that later findings of the
+// same op (in the same phase, of the same forward op) had. The monitor
+// captures a line from an op's first finding on: a backward op's forward
+// line, and on a GPU any op's (its result comes after the op returned,
+// when no line can be read). A backward op's come from origins and
+// warnings; a forward op's from its propagations too, as the values its
+// first NaN spread come back to it at the next steps. Several lines: the
+// op is called from several places.
+void FillLaterLines(const std::vector<Trace>& traces, RunSummary& s) {
   if (!s.first_origin) return;
   const FindingRow& first = *s.first_origin;
-  if (first.phase != "backward" || first.forward_op.empty() || !first.source.empty()) return;
+  if (!first.source.empty()) return;
+  const bool backward = first.phase == "backward";
+  if (backward && first.forward_op.empty()) return;
   for (const Trace& t : traces) {
     if (t.path != s.first_origin_trace) continue;
     for (const FindingRow& f : t.findings) {
-      if (f.kind == "propagated" || f.source.empty() || f.op != first.op ||
+      if ((backward && f.kind == "propagated") || f.source.empty() || f.op != first.op ||
           f.phase != first.phase || f.forward_op != first.forward_op ||
           Before(f, first)) {
         continue;
       }
+      const std::string line = f.via.empty() ? f.source : absl::StrCat(f.source, ", inside ", f.via);
       auto& lines = s.first_origin_later_lines;
-      if (lines.empty()) s.first_origin_later_lines_step = f.step;
-      if (lines.size() < 3 && std::find(lines.begin(), lines.end(), f.source) == lines.end()) {
-        lines.push_back(f.source);
+      // The torch code the op was inside, where every later line says one.
+      if (lines.empty()) {
+        s.first_origin_later_lines_step = f.step;
+        s.first_origin_later_via = f.via;
+      } else if (f.via != s.first_origin_later_via) {
+        s.first_origin_later_via.clear();
+      }
+      if (lines.size() < 3 && std::find(lines.begin(), lines.end(), line) == lines.end()) {
+        lines.push_back(line);
       }
     }
   }
@@ -527,7 +540,7 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
   s.given_up_steps.assign(given_up.begin(), given_up.end());
   s.unfinished_steps.assign(unfinished.begin(), unfinished.end());
   std::sort(s.warnings.begin(), s.warnings.end(), Before);
-  FillLaterForwardLines(traces, s);
+  FillLaterLines(traces, s);
   FillFirstOriginGradient(traces, s);
   FillFirstOriginPhaseSteps(traces, s);
   FillFirstOriginConsumers(traces, s);
@@ -661,12 +674,16 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
       const bool forward_line = SourceIsForwardLine(f);
       absl::StrAppend(&out, forward_line ? "          forward op called at " : "          at ",
                       Fit(f.source, w - (forward_line ? 32 : 13)), "\n");
-      // The line called torch.distributions, whose code made the op call.
+      // The line called torch code (a distribution, nn.MultiheadAttention)
+      // that made the op call.
       if (!f.via.empty()) {
         absl::StrAppend(&out, "          inside ", Fit(f.via, w - 17), "\n");
       }
     } else if (!s.first_origin_later_lines.empty()) {
-      absl::StrAppend(&out, "          forward op called at (lines of this backward op's findings from step ",
+      absl::StrAppend(&out,
+                      f.phase == "backward"
+                          ? "          forward op called at (lines of this backward op's findings from step "
+                          : "          called at (lines of this op's later findings, from step ",
                       s.first_origin_later_lines_step, " on):\n");
       for (const std::string& line : s.first_origin_later_lines) {
         absl::StrAppend(&out, "            ", Fit(line, w - 12), "\n");

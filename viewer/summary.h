@@ -39,12 +39,16 @@ struct RunSummary {
   // with its inf/NaN first (the mul of p * log(p), which turns log(0)'s
   // -inf into NaN; the sub, then the mul, of p * (log(p) - log(q))).
   std::vector<FindingRow> first_origin_consumers;
-  // A backward first origin whose forward op's line was not captured (the
-  // monitor captures it from the finding on): the lines later findings of
-  // the same backward op and forward op had, at most three, and the step
-  // of the first of them.
+  // A first origin whose line was not captured (a backward op's forward
+  // line, or any op's on a GPU: the monitor captures it from the finding
+  // on): the lines later findings of the same op (and forward op) had, with
+  // the torch code each was inside (FindingRow::via), at most three, and
+  // the step of the first of them.
   std::vector<std::string> first_origin_later_lines;
   int64_t first_origin_later_lines_step = -1;
+  // The torch code (FindingRow::via) all those later findings were inside;
+  // empty if they differ.
+  std::string first_origin_later_via;
   // The first origin's trace's outputs per step and phase up to its step
   // (Trace::phase_steps): whether the updates grew before it.
   std::vector<PhaseStep> first_origin_phase_steps;

@@ -869,6 +869,12 @@ TEST(Diagnosis, AnOpInsideTorchsCodeIsFixedWhereTheProgramGaveItsArguments) {
   ExpectInvalidMath(s, "the op is torch.distributions' own, in Normal.log_prob",
                     "keep the distribution's parameters inside their support");
   for (const std::string& f : Diagnose(s).fixes) EXPECT_FALSE(absl::StrContains(f, "clamp_min"));
+  // A GPU origin has no line, nor code it was inside: its later findings'.
+  s.first_origin->via.clear();
+  s.first_origin_later_lines = {"train.py:29 in <module>, inside Normal.log_prob (...)"};
+  s.first_origin_later_via = "Normal.log_prob (torch/distributions/normal.py:95)";
+  ExpectInvalidMath(s, "the op is torch.distributions' own, in Normal.log_prob",
+                    "keep the distribution's parameters inside their support");
 
   s = NanLossRun(3, "aten::_softmax", "aten::softmax", 1600, 800,
                  "#0 float32[16, 10, 10] max|x|=inf -inf=1280, put there by a mask", {0});

@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "viewer/summary.h"
+#include "viewer/trace_reader.h"
 
 namespace nanhunt {
 namespace {
@@ -37,6 +38,37 @@ TEST(SummaryText, GradientsUnderALossScalerAreSaidToBeScaled) {
   text = RenderText(s, 100, false);
   EXPECT_EQ(text.find("scaled by the loss scale"), std::string::npos) << text;
   EXPECT_NE(text.find("aten::mm  backward float16\n"), std::string::npos) << text;
+}
+
+// A GPU origin's line cannot be read after the op returned: the first
+// finding has none, the op's later ones have its line, and the torch code
+// it was inside; propagations included, as a forward op's first NaN
+// reaches it again at the next steps.
+TEST(SummaryText, AFirstOriginWithoutALineShowsItsOpsLaterLines) {
+  Trace t;
+  t.path = "gpu.sqlite";
+  FindingRow first;
+  first.kind = "origin";
+  first.op = "aten::log";
+  first.phase = "forward";
+  first.neginf = 5;
+  FindingRow later = first;
+  later.kind = "propagated";
+  later.step = 1;
+  later.source = "train.py:29 in <module>";
+  later.via = "Normal.log_prob (torch/distributions/normal.py:95)";
+  FindingRow other = later;
+  other.op = "aten::mul";
+  other.source = "train.py:30 in <module>";
+  t.findings = {first, later, other};
+  const RunSummary s = Summarise({t});
+  EXPECT_EQ(s.first_origin_later_via, "Normal.log_prob (torch/distributions/normal.py:95)");
+  const std::string text = RenderText(s, 120, false);
+  EXPECT_NE(text.find("          called at (lines of this op's later findings, from step 1 on):\n"
+                      "            train.py:29 in <module>, inside Normal.log_prob "
+                      "(torch/distributions/normal.py:95)\n  then:"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("train.py:30"), std::string::npos) << text;
 }
 
 // A "compiled" first finding names the region it came out of; a GPU
