@@ -727,10 +727,9 @@ std::optional<Diagnosis> DroppedWithinSteps(const RunSummary& s, const FindingRo
 // inverse) is its value's, which the function's own fix covers.
 bool AddViaEvidenceAndFix(const RunSummary& s, const FindingRow& f, const Singularity* singular,
                           Diagnosis& d) {
-  // A GPU origin has no line of its own: its later findings' (summary.h).
-  const bool first = s.first_origin.has_value() && &f == &*s.first_origin;
-  const std::string& via =
-      first && f.via.empty() && f.source.empty() ? s.first_origin_later_via : f.via;
+  // `f` is the first origin (InvalidMath's). On a GPU it has no line of its
+  // own: its later findings' say the code (summary.h).
+  const std::string& via = f.via.empty() && f.source.empty() ? s.first_origin_later_via : f.via;
   if (via.empty()) return false;
   const bool attention = absl::StartsWith(via, "multi_head_attention_forward (") ||
                          absl::StartsWith(via, "MultiheadAttention.forward (");
