@@ -40,6 +40,10 @@ struct Singularity {
   // NaN must be among what came out (±inf beside it is the same cause's):
   // ±inf alone from these ops is an overflow.
   bool needs_nan = false;
+  // Not the cause where an input is past 1.8e19: a variance (a mean
+  // square) of such values passes fp32's range whatever the eps, and the
+  // values had exploded before the op.
+  bool inputs_in_range = false;
 };
 
 constexpr char kAcoshFix[] =
@@ -97,13 +101,14 @@ const Singularity kSingularities[] = {
      "standard deviation among the outputs), (x - mean) * inf = 0 * inf NaN. A padding "
      "embedding makes such rows: nn.Embedding(padding_idx=...) starts its row at zeros and "
      "never updates it; so do a constant feature and an all-zero input",
-     kNormEpsFix, {}, kNormEpsWhenDropped, false, false, /*needs_nan=*/true},
+     kNormEpsFix, {}, kNormEpsWhenDropped, false, false, /*needs_nan=*/true,
+     /*inputs_in_range=*/true},
     // torch's rms_norm computes op by op on the CPU: its rsqrt's +inf.
     {{"aten::rms_norm", "aten::_fused_rms_norm"},
      "RMS normalisation divides by sqrt(mean(x^2) + eps): with eps=0, a row of zeros has a "
      "mean square of 0, and 1 / sqrt(0) is +inf, 0 * inf NaN. A padding embedding makes such "
      "rows: nn.Embedding(padding_idx=...) starts its row at zeros and never updates it",
-     kNormEpsFix, {}, kNormEpsWhenDropped},
+     kNormEpsFix, {}, kNormEpsWhenDropped, false, false, false, /*inputs_in_range=*/true},
     // pow's +inf is a square past 65504: an overflow, not this; rsqrt's is a
     // division by 0 (below), its NaN a negative argument's.
     {{"aten::sqrt", "aten::pow", "aten::float_power", "aten::rsqrt"},
@@ -239,10 +244,36 @@ const Singularity kSingularities[] = {
      "x.norm(dim=-1, keepdim=True).clamp_min(1 - 1e-5), as geoopt's PoincareBall does"},
 };
 
+// The largest finite max|x| among a finding's inputs ("#1 float32[8, 16]
+// max|x|=1.44807e+21; ..."); nullopt when none says one.
+std::optional<double> LargestFiniteInput(const FindingRow& f) {
+  std::optional<double> largest;
+  const std::string kMark = "max|x|=";
+  for (size_t at = f.inputs.find(kMark); at != std::string::npos;
+       at = f.inputs.find(kMark, at + 1)) {
+    const size_t begin = at + kMark.size();
+    const size_t end = f.inputs.find_first_of(" ;", begin);
+    double v = 0;
+    if (absl::SimpleAtod(absl::string_view(f.inputs).substr(begin, end - begin), &v) &&
+        std::isfinite(v) && (!largest || v > *largest)) {
+      largest = v;
+    }
+  }
+  return largest;
+}
+
+// Above it, a square or product of finite fp32 values passes fp32's range
+// (3.4e38): the square root of its largest value.
+constexpr double kFp32SquareLimit = 1.8446742e19;
+
 const Singularity* SingularityOf(const FindingRow& f) {
   for (const Singularity& s : kSingularities) {
     if (s.only_nan && (f.nan == 0 || f.posinf != 0 || f.neginf != 0)) continue;
     if (s.needs_nan && f.nan == 0) continue;
+    if (s.inputs_in_range && f.dtype != "float64") {
+      const std::optional<double> largest = LargestFiniteInput(f);
+      if (largest && *largest > kFp32SquareLimit) continue;
+    }
     for (const char* op : s.ops) {
       if (f.op == op || f.top_op == op) return &s;
     }
@@ -272,28 +303,6 @@ std::string NoOverflowWithoutRecomputation(const Singularity* s, const FindingRo
   }
   return "";
 }
-
-// The largest finite max|x| among a finding's inputs ("#1 float32[8, 16]
-// max|x|=1.44807e+21; ..."); nullopt when none says one.
-std::optional<double> LargestFiniteInput(const FindingRow& f) {
-  std::optional<double> largest;
-  const std::string kMark = "max|x|=";
-  for (size_t at = f.inputs.find(kMark); at != std::string::npos;
-       at = f.inputs.find(kMark, at + 1)) {
-    const size_t begin = at + kMark.size();
-    const size_t end = f.inputs.find_first_of(" ;", begin);
-    double v = 0;
-    if (absl::SimpleAtod(absl::string_view(f.inputs).substr(begin, end - begin), &v) &&
-        std::isfinite(v) && (!largest || v > *largest)) {
-      largest = v;
-    }
-  }
-  return largest;
-}
-
-// Above it, a square or product of finite fp32 values passes fp32's range
-// (3.4e38): the square root of its largest value.
-constexpr double kFp32SquareLimit = 1.8446742e19;
 
 bool HasFp32Range(const std::string& dtype) {
   return dtype == "float32" || dtype == "float64" || dtype == "bfloat16";

@@ -73,6 +73,22 @@ def test_a_batch_that_exploded_while_the_weights_stayed_is_the_batchs(out):
     assert d["fixes"][0].startswith("look at the batch of step 5"), d["fixes"]
 
 
+def test_a_layer_norm_over_an_exploded_batch_is_the_batchs_not_its_eps(out):
+    # nn.LayerNorm (eps 1e-5) over a batch scaled by 1e30: its variance
+    # passes fp32's range, NaN. It said "give the norm an eps > 0" of a
+    # norm that has one, the cause of a constant row under eps=0.
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "layernorm", "7"], out)
+    assert "step 4 loss 18.4284\nstep 5 loss nan" in monitored.stdout, monitored.stdout
+    j = view_json(out)
+    first, d = j["first_origin"], j["diagnosis"]
+    assert (first["op"], first["step"]) == ("aten::native_layer_norm", 5), first
+    assert (d["kind"], d["op"]) == ("invalid_math", "aten::native_layer_norm"), d
+    assert any(e.startswith("an input reached |x| = 4.09374e+30, past 1.8e19") for e in d["evidence"]), d
+    assert not any("normalisation divide" in e for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith("look at the batch of step 5"), d["fixes"]
+    assert not any("eps > 0" in f for f in d["fixes"]), d["fixes"]
+
+
 def test_an_exp_overflow_says_where_exp_leaves_fp16_and_how_to_keep_it_in(out):
     monitored, _ = plain_and_monitored([PYTHON, SCRIPTS / "vae_log_variance.py"], out)
     j = view_json(out)

@@ -921,6 +921,30 @@ TEST(Diagnosis, ANormsNonFiniteIsItsEpsOfZeroOverAConstantRow) {
   }
 }
 
+// Inputs past 1.8e19: the variance passes fp32's range whatever the eps
+// (nn.LayerNorm's default 1e-5 included), and the values had exploded
+// before the norm. It said "give the norm an eps > 0" of a norm with one.
+TEST(Diagnosis, ANormOverExplodedInputsIsTheirsNotItsEps) {
+  for (const char* top_op : {"aten::layer_norm", "aten::rms_norm"}) {
+    RunSummary s = NanLossRun(5, top_op == std::string("aten::layer_norm")
+                                     ? "aten::native_layer_norm" : "aten::_fused_rms_norm",
+                              top_op, 4608, 4352, "#0 float32[256, 16] max|x|=4.09374e+30", {0});
+    const Diagnosis d = Diagnose(s);
+    EXPECT_EQ(d.kind, "invalid_math") << top_op;
+    EXPECT_TRUE(AnyStartsWith(d.evidence, "an input reached |x| = 4.09374e+30, past 1.8e19"))
+        << ::testing::PrintToString(d.evidence);
+    for (const std::string& e : d.evidence) {
+      EXPECT_FALSE(absl::StrContains(e, "normalisation divide")) << e;
+    }
+    for (const std::string& f : d.fixes) EXPECT_FALSE(absl::StrContains(f, "eps > 0")) << f;
+  }
+  // float64 has the range for their squares: the eps is still the cause.
+  RunSummary s = NanLossRun(5, "aten::native_layer_norm", "aten::layer_norm", 4608, 4352,
+                            "#0 float64[256, 16] max|x|=4.09374e+30", {0});
+  s.first_origin->dtype = "float64";
+  ExpectInvalidMath(s, "layer and group normalisation divide", "give the norm an eps > 0");
+}
+
 // log1p's edge is -1, not 0: log's clamp_min(eps) would make log1p(-p)
 // log1p(eps) for every p.
 TEST(Diagnosis, ALog1pIsKeptAboveMinusOneNotClampedAtEps) {
