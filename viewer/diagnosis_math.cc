@@ -816,11 +816,20 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
     // The backward divides by the eps squared, and a zero vector's
     // gradient is 1 / eps: float16's needs room for both.
     const char* holds = f.dtype == "float16" ? "1e-3" : "1e-6";
-    d.fixes.push_back(absl::StrCat(
-        "give that op an eps ", f.dtype, " holds with room for the backward pass, which "
-        "divides by its square (a zero vector's gradient is 1 / eps): ", holds,
-        " (F.normalize(x, eps=", holds, "), x / (d + ", holds, ")); or train under "
-        "torch.autocast, whose weights stay fp32 and whose norms run in fp32"));
+    if (f.top_op == "aten::cosine_similarity") {
+      // torch's own clamp, of each norm: the program's eps argument is it.
+      d.fixes.push_back(absl::StrCat(
+          "give F.cosine_similarity an eps ", f.dtype, " holds: F.cosine_similarity(x1, x2, "
+          "dim=-1, eps=", holds, "); its default, 1e-8, is 0 in ", f.dtype, ", so a zero "
+          "vector (a padding embedding, a dead feature) is 0 / 0; or train under "
+          "torch.autocast, which runs cosine_similarity in fp32"));
+    } else {
+      d.fixes.push_back(absl::StrCat(
+          "give that op an eps ", f.dtype, " holds with room for the backward pass, which "
+          "divides by its square (a zero vector's gradient is 1 / eps): ", holds,
+          " (F.normalize(x, eps=", holds, "), x / (d + ", holds, ")); or train under "
+          "torch.autocast, whose weights stay fp32 and whose norms run in fp32"));
+    }
   }
   if (const FindingRow* mul = XLogXAtZero(s, f)) {
     // No mask: the mul's gradient into the log is x, 0 there, and the

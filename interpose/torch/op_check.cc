@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/cpu_check.h"
 #include "core/op_policy.h"
+#include "interpose/torch/eps_values.h"
 #include "interpose/torch/model_tensor_names.h"
 #include "interpose/torch/sample_control.h"
 #include "interpose/torch/session.h"
@@ -273,23 +274,8 @@ bool HasNonFiniteScalar(const std::vector<c10::IValue>& inputs) {
 bool IsMaskConstantArg(absl::string_view op, const c10::IValue& v) {
   if (v.isDouble()) return IsMaskConstant(op, v.toDouble());
   if (!v.isTensor()) return false;
-  const at::Tensor& t = v.toTensor();
-  if (!t.defined() || t.numel() != 1 || !t.device().is_cpu() || !t.has_storage()) {
-    return false;
-  }
-  // Read in place: item() would be an op of its own, seen by the callbacks.
-  switch (t.scalar_type()) {
-    case at::kHalf:
-      return IsMaskConstant(op, static_cast<float>(*t.const_data_ptr<at::Half>()));
-    case at::kBFloat16:
-      return IsMaskConstant(op, static_cast<float>(*t.const_data_ptr<at::BFloat16>()));
-    case at::kFloat:
-      return IsMaskConstant(op, *t.const_data_ptr<float>());
-    case at::kDouble:
-      return IsMaskConstant(op, *t.const_data_ptr<double>());
-    default:
-      return false;
-  }
+  const std::optional<double> value = HostScalarValue(v.toTensor());
+  return value && IsMaskConstant(op, *value);
 }
 
 bool HasMaskConstantScalar(absl::string_view op, const std::vector<c10::IValue>& inputs) {
@@ -369,6 +355,7 @@ const OpTraits& TraitsOf(const at::RecordFunction& fn) {
   traits.copies_values = CopiesValues(fn.name());
   traits.fills_with_scalar = FillsWithScalar(fn.name());
   traits.eps_arg = EpsArgument(fn.name());
+  traits.makes_scalar_tensor = strcmp(fn.name(), "aten::scalar_tensor") == 0;
   traits.returns_nested_write = ReturnsNestedWrite(fn.name());
   traits.casts_result_buffer_first = CastsResultBufferFirst(fn.name());
   traits.casts = strcmp(fn.name(), "aten::to") == 0 || strcmp(fn.name(), "aten::_to_copy") == 0;

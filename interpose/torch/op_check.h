@@ -38,6 +38,7 @@ struct OpTraits {
   bool copies_values = false;  // outputs are input values (core/op_policy)
   bool fills_with_scalar = false;  // zeros, ones, fill_, full
   int eps_arg = -1;  // an argument that holds an eps (core/op_policy.h's EpsArgument)
+  bool makes_scalar_tensor = false;  // aten::scalar_tensor: maybe an eps (eps_values.h)
   bool returns_nested_write = false;  // _to_copy, clone, zeros... (core/op_policy)
   bool casts_result_buffer_first = false;  // mean (core/op_policy)
   bool casts = false;                      // to, _to_copy

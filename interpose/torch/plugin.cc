@@ -31,6 +31,7 @@
 #include "interpose/torch/cuda_library.h"
 #include "interpose/torch/device_outputs.h"
 #include "interpose/torch/enqueue_checks.h"
+#include "interpose/torch/eps_values.h"
 #include "interpose/torch/forward_ops.h"
 #include "interpose/torch/loaded_state.h"
 #include "interpose/torch/loading_names.h"
@@ -647,23 +648,16 @@ bool HasWorkAtEnd(const OpTraits& traits) {
 }
 
 // An eps the op was given (core/op_policy.h's EpsArgument: a Python float,
-// which torch wraps into a double tensor, or a Scalar) that is 0 in its
-// output's format: the clamp or the addition keeps nothing off 0.
+// which torch wraps into a double tensor, a Scalar, or torch's own
+// scalar_tensor: interpose/torch/eps_values.h) that is 0 in its output's
+// format: the clamp or the addition keeps nothing off 0.
 void NoteEpsRoundedToZero(const Frame& frame, const std::vector<c10::IValue>& outputs,
                           ThreadState& ts, Monitor& monitor) {
   const auto arg = static_cast<size_t>(frame.traits->eps_arg);
   if (arg >= frame.inputs.size() || outputs.empty() || !outputs[0].isTensor()) return;
-  const c10::IValue& given = frame.inputs[arg];
-  double eps = 0;
-  if (given.isDouble()) {
-    eps = given.toDouble();
-  } else if (given.isTensor() && given.toTensor().defined() &&
-             given.toTensor().unsafeGetTensorImpl()->is_wrapped_number() &&
-             given.toTensor().scalar_type() == at::kDouble) {
-    eps = *given.toTensor().data_ptr<double>();  // a host scalar: no op to read it
-  } else {
-    return;
-  }
+  const std::optional<double> given = EpsValueOf(frame.inputs[arg], frame.id);
+  if (!given) return;
+  const double eps = *given;
   const at::Tensor& out = outputs[0].toTensor();
   if (!out.defined()) return;
   const std::optional<Format> format = torch_compat::FormatOf(out.scalar_type());
@@ -712,6 +706,7 @@ void OpEnded(const at::RecordFunction& fn, ThreadState& ts, int index) {
           ? std::vector<c10::IValue>()
           : WithWrittenNotReturned(returned, frame.inputs, traits);
   const std::vector<c10::IValue>& outputs = written.empty() ? returned : written;
+  if (traits.makes_scalar_tensor) NoteScalarTensor(frame.inputs, outputs, frame.id);
   if (traits.eps_arg >= 0) NoteEpsRoundedToZero(frame, outputs, ts, monitor);
 
   const char* top_op = nullptr;

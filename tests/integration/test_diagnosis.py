@@ -512,25 +512,36 @@ def test_values_that_grew_within_the_first_forward_pass_need_no_lower_learning_r
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
-def test_an_eps_that_is_0_in_float16_is_named_before_its_division(out):
+@pytest.mark.parametrize("mode,top_op,clamp,line,fix", [
+    ("half", "", "aten::clamp_min's 1e-12", 41,
+     "give that op an eps float16 holds with room for the backward pass, which divides by its "
+     "square (a zero vector's gradient is 1 / eps): 1e-3 (F.normalize(x, eps=1e-3)"),
+    ("half-cosine", "aten::cosine_similarity", "aten::clamp_min_'s 1e-08", 37,
+     "give F.cosine_similarity an eps float16 holds: F.cosine_similarity(x1, x2, dim=-1, "
+     "eps=1e-3)")])
+def test_an_eps_that_is_0_in_float16_is_named_before_its_division(out, mode, top_op, clamp, line,
+                                                                  fix):
     # model.half(): F.normalize's clamp_min(1e-12) is clamp_min(0) in
     # float16, and a padding row is 0 / 0. It said "keep the denominator
     # away from 0 ... F.normalize, which clamps the norm at eps", to a
-    # program that calls F.normalize.
+    # program that calls F.normalize. F.cosine_similarity clamps each norm
+    # at its default eps, 1e-8, with a tensor torch's C++ makes for it
+    # (at::scalar_tensor), not a Python float: that clamp went unnoticed,
+    # and the 0 / 0 got the same advice, to a program with no division.
     script = SCRIPTS / "normalized_padding.py"
-    r = preload_run([PYTHON, script, "half"], out)
+    r = preload_run([PYTHON, script, mode], out)
     assert r.returncode == 0 and "step 0 loss nan weights finite False" in r.stdout, r.stdout
     j = view_json(out)
     first, d = j["first_origin"], j["diagnosis"]
-    assert (first["op"], first["phase"], first["dtype"]) == ("aten::div", "forward", "float16"), first
+    assert (first["op"], first["top_op"], first["phase"], first["dtype"]) == (
+        "aten::div", top_op, "forward", "float16"), first
     evidence = " ".join(d["evidence"])
-    assert ("an eps was 0 in float16 before it (step 0): aten::clamp_min's 1e-12 is 0 in "
-            "float16") in evidence, d
-    assert "normalized_padding.py:31" in evidence, d
-    assert d["fixes"][0].startswith("give that op an eps float16 holds"), d["fixes"]
-    assert "F.normalize(x, eps=1e-3)" in d["fixes"][0], d["fixes"]
-    assert not any("which clamps the norm at eps" in f for f in d["fixes"]), d["fixes"]
-    monitored, _ = plain_and_monitored([PYTHON, script, "half-eps"], out.parent / "fixed")
+    assert f"an eps was 0 in float16 before it (step 0): {clamp} is 0 in float16" in evidence, d
+    assert f"normalized_padding.py:{line}" in evidence, d
+    assert d["fixes"][0].startswith(fix), d["fixes"]
+    assert not any("which clamps the norm at eps" in f or "denominator" in f
+                   for f in d["fixes"]), d["fixes"]
+    monitored, _ = plain_and_monitored([PYTHON, script, f"{mode}-eps"], out.parent / "fixed")
     assert "weights finite False" not in monitored.stdout, monitored.stdout
     assert view_json(out.parent / "fixed")["first_origin"] is None
 

@@ -1105,6 +1105,26 @@ TEST(Diagnosis, ADivisionAfterAnEpsThatWasZeroInItsFormatNamesTheEps) {
   for (const std::string& e : Diagnose(s).evidence) EXPECT_FALSE(absl::StartsWith(e, "an eps")) << e;
 }
 
+// F.cosine_similarity clamps each norm at its eps, 1e-8 by default: 0 in
+// float16. Its fix is that function's eps argument, not F.normalize's.
+TEST(Diagnosis, ACosineSimilarityWhoseEpsWasZeroNamesItsEpsArgument) {
+  RunSummary s = NanLossRun(3, "aten::div", "aten::cosine_similarity", 48, 16,
+                            "#0 float16[2, 3, 8] max|x|=1.85", {0});
+  s.first_origin->step = 0;
+  s.first_origin->dtype = "float16";
+  s.first_origin->fp32_max_abs = std::numeric_limits<double>::quiet_NaN();
+  s.eps_rounded = {{0, "aten::clamp_min_'s 1e-08 is 0 in float16 (its smallest value is "
+                       "5.96046e-08), at model.py:7 in forward"}};
+  const Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "give F.cosine_similarity an eps float16 holds: "
+                                           "F.cosine_similarity(x1, x2, dim=-1, eps=1e-3)"))
+      << d.fixes[0];
+  for (const std::string& f : d.fixes) {
+    EXPECT_FALSE(absl::StrContains(f, "F.normalize") || absl::StrContains(f, "denominator")) << f;
+  }
+}
+
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
   RunSummary s;
   s.steps = 5;
