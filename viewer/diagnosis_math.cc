@@ -645,6 +645,40 @@ const StepEvent* EpsRoundedBefore(const RunSummary& s, const FindingRow& f) {
   return nullptr;
 }
 
+// What to do about an eps that was 0 in `f`'s format before `f` divided
+// by 0: the eps of torch's function that made the division, where the
+// program called one; the program's own otherwise.
+std::string RoundedEpsFix(const FindingRow& f) {
+  // The backward divides by the eps squared, and a zero vector's
+  // gradient is 1 / eps: float16's needs room for both.
+  const char* holds = f.dtype == "float16" ? "1e-3" : "1e-6";
+  if (f.top_op == "aten::cosine_similarity") {
+    // torch's own clamp, of each norm: the program's eps argument is it.
+    return absl::StrCat(
+        "give F.cosine_similarity an eps ", f.dtype, " holds: F.cosine_similarity(x1, x2, "
+        "dim=-1, eps=", holds, "); its default, 1e-8, is 0 in ", f.dtype, ", so a zero "
+        "vector (a padding embedding, a dead feature) is 0 / 0; or train under "
+        "torch.autocast, which runs cosine_similarity in fp32");
+  }
+  if (f.top_op == "aten::cosine_embedding_loss") {
+    // Its 1e-12 is a constant of torch's C++, no argument. In fp32 the
+    // gradient at a zero vector, about 1e6, overflows float16 on its way
+    // back: the loss wants an eps float16 holds, not more range.
+    return absl::StrCat(
+        "compute the loss from F.cosine_similarity with an eps ", f.dtype, " holds: cos = "
+        "F.cosine_similarity(x1, x2, dim=-1, eps=", holds, "); loss = torch.where(target == 1, "
+        "1 - cos, (cos - margin).clamp_min(0)).mean(). nn.CosineEmbeddingLoss's eps, 1e-12, is "
+        "a constant of torch's (no argument sets it) and 0 in ", f.dtype, ", so a zero vector "
+        "(a padding embedding, a dead feature) is 0 / 0; the loss in fp32 is finite, but its "
+        "gradient at a zero vector, about 1e6, overflows ", f.dtype, " on its way back");
+  }
+  return absl::StrCat(
+      "give that op an eps ", f.dtype, " holds with room for the backward pass, which "
+      "divides by its square (a zero vector's gradient is 1 / eps): ", holds,
+      " (F.normalize(x, eps=", holds, "), x / (d + ", holds, ")); or train under "
+      "torch.autocast, whose weights stay fp32 and whose norms run in fp32");
+}
+
 // Why `f`, the backward of `steep`'s function, made inf/NaN.
 std::string SteepPointCause(const SteepPoint& steep, const FindingRow& f) {
   return absl::StrCat(
@@ -813,23 +847,7 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   if (eps != nullptr) {
     d.evidence.push_back(absl::StrCat("an eps was 0 in ", f.dtype, " before it (step ", eps->step,
                                       "): ", eps->detail, ", so it kept nothing off 0"));
-    // The backward divides by the eps squared, and a zero vector's
-    // gradient is 1 / eps: float16's needs room for both.
-    const char* holds = f.dtype == "float16" ? "1e-3" : "1e-6";
-    if (f.top_op == "aten::cosine_similarity") {
-      // torch's own clamp, of each norm: the program's eps argument is it.
-      d.fixes.push_back(absl::StrCat(
-          "give F.cosine_similarity an eps ", f.dtype, " holds: F.cosine_similarity(x1, x2, "
-          "dim=-1, eps=", holds, "); its default, 1e-8, is 0 in ", f.dtype, ", so a zero "
-          "vector (a padding embedding, a dead feature) is 0 / 0; or train under "
-          "torch.autocast, which runs cosine_similarity in fp32"));
-    } else {
-      d.fixes.push_back(absl::StrCat(
-          "give that op an eps ", f.dtype, " holds with room for the backward pass, which "
-          "divides by its square (a zero vector's gradient is 1 / eps): ", holds,
-          " (F.normalize(x, eps=", holds, "), x / (d + ", holds, ")); or train under "
-          "torch.autocast, whose weights stay fp32 and whose norms run in fp32"));
-    }
+    d.fixes.push_back(RoundedEpsFix(f));
   }
   if (const FindingRow* mul = XLogXAtZero(s, f)) {
     // No mask: the mul's gradient into the log is x, 0 there, and the

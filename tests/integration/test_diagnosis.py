@@ -512,15 +512,19 @@ def test_values_that_grew_within_the_first_forward_pass_need_no_lower_learning_r
     assert view_json(out.parent / "fixed")["first_origin"] is None
 
 
-@pytest.mark.parametrize("mode,top_op,clamp,line,fix", [
-    ("half", "", "aten::clamp_min's 1e-12", 41,
+@pytest.mark.parametrize("mode,fixed,top_op,clamp,line,fix", [
+    ("half", "half-eps", "", "aten::clamp_min's 1e-12", 52,
      "give that op an eps float16 holds with room for the backward pass, which divides by its "
      "square (a zero vector's gradient is 1 / eps): 1e-3 (F.normalize(x, eps=1e-3)"),
-    ("half-cosine", "aten::cosine_similarity", "aten::clamp_min_'s 1e-08", 37,
+    ("half-cosine", "half-cosine-eps", "aten::cosine_similarity", "aten::clamp_min_'s 1e-08", 41,
      "give F.cosine_similarity an eps float16 holds: F.cosine_similarity(x1, x2, dim=-1, "
-     "eps=1e-3)")])
-def test_an_eps_that_is_0_in_float16_is_named_before_its_division(out, mode, top_op, clamp, line,
-                                                                  fix):
+     "eps=1e-3)"),
+    ("half-cosine-loss", "half-cosine-loss-eps", "aten::cosine_embedding_loss",
+     "aten::add's 1e-12", 47,
+     "compute the loss from F.cosine_similarity with an eps float16 holds: cos = "
+     "F.cosine_similarity(x1, x2, dim=-1, eps=1e-3)")])
+def test_an_eps_that_is_0_in_float16_is_named_before_its_division(out, mode, fixed, top_op, clamp,
+                                                                  line, fix):
     # model.half(): F.normalize's clamp_min(1e-12) is clamp_min(0) in
     # float16, and a padding row is 0 / 0. It said "keep the denominator
     # away from 0 ... F.normalize, which clamps the norm at eps", to a
@@ -528,6 +532,9 @@ def test_an_eps_that_is_0_in_float16_is_named_before_its_division(out, mode, top
     # at its default eps, 1e-8, with a tensor torch's C++ makes for it
     # (at::scalar_tensor), not a Python float: that clamp went unnoticed,
     # and the 0 / 0 got the same advice, to a program with no division.
+    # nn.CosineEmbeddingLoss's 1e-12 is no argument: "give that op an eps"
+    # could not be followed, and the loss in fp32 sends a gradient of 1e6
+    # back into float16.
     script = SCRIPTS / "normalized_padding.py"
     r = preload_run([PYTHON, script, mode], out)
     assert r.returncode == 0 and "step 0 loss nan weights finite False" in r.stdout, r.stdout
@@ -541,7 +548,7 @@ def test_an_eps_that_is_0_in_float16_is_named_before_its_division(out, mode, top
     assert d["fixes"][0].startswith(fix), d["fixes"]
     assert not any("which clamps the norm at eps" in f or "denominator" in f
                    for f in d["fixes"]), d["fixes"]
-    monitored, _ = plain_and_monitored([PYTHON, script, f"{mode}-eps"], out.parent / "fixed")
+    monitored, _ = plain_and_monitored([PYTHON, script, fixed], out.parent / "fixed")
     assert "weights finite False" not in monitored.stdout, monitored.stdout
     assert view_json(out.parent / "fixed")["first_origin"] is None
 

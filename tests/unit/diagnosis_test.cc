@@ -1106,7 +1106,8 @@ TEST(Diagnosis, ADivisionAfterAnEpsThatWasZeroInItsFormatNamesTheEps) {
 }
 
 // F.cosine_similarity clamps each norm at its eps, 1e-8 by default: 0 in
-// float16. Its fix is that function's eps argument, not F.normalize's.
+// float16. Its fix is that function's eps argument, not F.normalize's;
+// nn.CosineEmbeddingLoss has none to give.
 TEST(Diagnosis, ACosineSimilarityWhoseEpsWasZeroNamesItsEpsArgument) {
   RunSummary s = NanLossRun(3, "aten::div", "aten::cosine_similarity", 48, 16,
                             "#0 float16[2, 3, 8] max|x|=1.85", {0});
@@ -1123,6 +1124,13 @@ TEST(Diagnosis, ACosineSimilarityWhoseEpsWasZeroNamesItsEpsArgument) {
   for (const std::string& f : d.fixes) {
     EXPECT_FALSE(absl::StrContains(f, "F.normalize") || absl::StrContains(f, "denominator")) << f;
   }
+  // nn.CosineEmbeddingLoss's 1e-12 is a constant of torch's: the loss by hand.
+  s.first_origin->top_op = "aten::cosine_embedding_loss";
+  s.eps_rounded[0].detail = "aten::add's 1e-12 is 0 in float16 (its smallest value is 5.96046e-08)";
+  const std::string fix = Diagnose(s).fixes[0];
+  EXPECT_TRUE(absl::StartsWith(fix, "compute the loss from F.cosine_similarity with an eps float16 "
+                                    "holds: cos = F.cosine_similarity(x1, x2, dim=-1, eps=1e-3)"))
+      << fix;
 }
 
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
