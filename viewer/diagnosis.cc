@@ -298,6 +298,14 @@ Diagnosis ForwardOverflow(const RunSummary& s, const FindingRow& f) {
   d.op = op;
   d.title = absl::StrCat("Forward overflow: ", op,
                          " produced values past fp16's 65504 at step ", f.step);
+  if (f.fp32_max_abs && std::isfinite(*f.fp32_max_abs) && *f.fp32_max_abs <= kFp16Max) {
+    // Its result fits: what passed fp16's range (or fell below its
+    // precision) was a value it computes on the way.
+    d.title = absl::StrCat("Forward overflow inside ", op, " at step ", f.step,
+                           ": its result fits fp16 (fp32 gives at most ",
+                           FormatAbs(*f.fp32_max_abs), "), a value it computes on the way "
+                           "does not");
+  }
   std::string reached;
   if (f.fp32_max_abs && std::isfinite(*f.fp32_max_abs)) {
     reached = absl::StrFormat(" (recomputed in fp32 they reach %.6g, %s the limit)",

@@ -660,6 +660,13 @@ std::string RoundedEpsFix(const FindingRow& f) {
         "vector (a padding embedding, a dead feature) is 0 / 0; or train under "
         "torch.autocast, which runs cosine_similarity in fp32");
   }
+  if (f.op == "aten::poisson_nll_loss" || f.top_op == "aten::poisson_nll_loss") {
+    return absl::StrCat(
+        "give F.poisson_nll_loss an eps ", f.dtype, " holds: F.poisson_nll_loss(rate, target, "
+        "log_input=False, eps=", holds, "); its default, 1e-8, is 0 in ", f.dtype, ", and "
+        "log(rate + 0) is -inf at a rate of 0 (a ReLU's); or predict the log of the rate and "
+        "pass log_input=True (the default), whose loss, exp(x) - target * x, takes no log");
+  }
   if (f.top_op == "aten::cosine_embedding_loss") {
     // Its 1e-12 is a constant of torch's C++, no argument. In fp32 the
     // gradient at a zero vector, about 1e6, overflows float16 on its way
@@ -824,7 +831,15 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const Singularity* singular =
       steep != nullptr || repeated != nullptr || negative_base ? nullptr : SingularityOf(f);
   const std::string no_overflow = NoOverflowWithoutRecomputation(singular, f);
-  if (!recomputed_non_finite && !wide && no_overflow.empty()) return std::nullopt;
+  // The eps meant to keep a denominator or a log's argument off 0 was 0
+  // itself in f's format.
+  const StepEvent* eps = EpsRoundedBefore(s, f);
+  // In fp32 that eps is not 0, and the recomputation stays within fp16's
+  // range: fp16's precision broke, not its range (F.poisson_nll_loss's
+  // log(rate + 1e-8) at a rate of 0 in float16).
+  const bool lost_eps = eps != nullptr && !HasFp32Range(f.dtype) && f.fp32_max_abs &&
+                        std::isfinite(*f.fp32_max_abs) && *f.fp32_max_abs <= kFp16Max;
+  if (!recomputed_non_finite && !wide && no_overflow.empty() && !lost_eps) return std::nullopt;
   Diagnosis d;
   d.kind = "invalid_math";
   d.op = f.op;
@@ -837,13 +852,18 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
                          ", with fp32's range: fp16's limit is not what broke")
       : recomputed_non_finite
           ? "recomputed in fp32 it is not finite either: more range would not help"
+      : lost_eps
+          ? absl::StrCat("recomputed in fp32 it is finite and within fp16's range (max|x| ",
+                         FormatAbs(*f.fp32_max_abs), "): not fp16's range but its precision, "
+                         "in which an eps it computes with is 0 (below)")
           : no_overflow);
-  if (singular != nullptr) d.evidence.push_back(singular->cause);
+  // With its eps, the function is finite here: its singular point is the
+  // eps's doing.
+  if (singular != nullptr && !lost_eps) d.evidence.push_back(singular->cause);
   const std::string rounded = ProbabilitiesRoundedToEdges(singular, f);
   if (!rounded.empty()) d.evidence.push_back(rounded);
   if (!f.inputs.empty()) d.evidence.push_back(absl::StrCat("its inputs: ", f.inputs));
-  // The eps meant to keep a denominator off 0 was 0 itself: that, first.
-  const StepEvent* eps = EpsRoundedBefore(s, f);
+  // That eps, first.
   if (eps != nullptr) {
     d.evidence.push_back(absl::StrCat("an eps was 0 in ", f.dtype, " before it (step ", eps->step,
                                       "): ", eps->detail, ", so it kept nothing off 0"));

@@ -132,6 +132,28 @@ def test_a_poisson_losss_stirling_term_at_zero_counts_is_its_own_and_a_negative_
     assert d["fixes"][0].startswith("predict the log of the rate and pass log_input=True"), d
 
 
+def test_a_poisson_losss_eps_that_is_0_in_float16_is_its_precision_not_an_overflow(out):
+    # model.half(), a ReLU's rate of 0: log(rate + 1e-8) is log(0) in
+    # float16 and -18.4 in fp32, whose recomputation is finite (22.7 at
+    # most). It said "Forward overflow: aten::poisson_nll_loss produced
+    # values past fp16's 65504", and to run it in fp32.
+    script = SCRIPTS / "poisson_counts.py"
+    first, d = origin_of_failing_run([PYTHON, script, "half-relu"], out, "step 0 loss nan")
+    assert (first["op"], first["step"], first["dtype"]) == ("aten::poisson_nll_loss", 0,
+                                                           "float16"), first
+    assert (d["kind"], d["op"]) == ("invalid_math", "aten::poisson_nll_loss"), d
+    assert any(e.startswith("recomputed in fp32 it is finite and within fp16's range")
+               for e in d["evidence"]), d["evidence"]
+    assert any("aten::add's 1e-08 is 0 in float16" in e for e in d["evidence"]), d["evidence"]
+    assert not any("negative" in e for e in d["evidence"]), d["evidence"]
+    assert d["fixes"][0].startswith(
+        "give F.poisson_nll_loss an eps float16 holds: F.poisson_nll_loss(rate, target, "
+        "log_input=False, eps=1e-3)"), d["fixes"]
+    assert not any("NANHUNT_FP32_OPS" in f for f in d["fixes"]), d["fixes"]
+    plain_and_monitored([PYTHON, script, "half-relu-eps"], out.parent / "fixed")
+    assert view_json(out.parent / "fixed")["first_origin"] is None
+
+
 def test_a_squashed_policys_atanh_of_a_replayed_action_of_1_is_the_inverse_tanhs(out):
     # SAC's log_prob of replayed actions stored as exactly ±1. atanh's fix
     # was acos's, "clamp the argument into the domain (x.clamp(-1 + eps, 1

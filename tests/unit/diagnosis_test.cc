@@ -1133,6 +1133,38 @@ TEST(Diagnosis, ACosineSimilarityWhoseEpsWasZeroNamesItsEpsArgument) {
       << fix;
 }
 
+// model.half() and F.poisson_nll_loss(log_input=False) of a ReLU's rate:
+// its log(rate + 1e-8) is log(0) in float16, finite in fp32 (22.7 at
+// most). It said "produced values past fp16's 65504" and "run it in fp32".
+TEST(Diagnosis, AnFp16ResultFiniteInFp32WithinRangeIsItsLostEpsNotAnOverflow) {
+  RunSummary s = NanLossRun(3, "aten::poisson_nll_loss", "", 1, 1,
+                            "#0 float16[64, 1] max|x|=0.93; #1 float16[64, 1] max|x|=11", {});
+  s.first_origin->step = 0;
+  s.first_origin->dtype = "float16";
+  s.first_origin->fp32_max_abs = 22.6979;
+  // Without an eps that was 0: an overflow inside the op, not of its result.
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "forward_overflow");
+  EXPECT_TRUE(absl::StartsWith(d.title, "Forward overflow inside aten::poisson_nll_loss at step "
+                                        "0: its result fits fp16 (fp32 gives at most 22.6979)"))
+      << d.title;
+  s.eps_rounded = {{0, "aten::add's 1e-08 is 0 in float16 (its smallest value is 5.96046e-08)"}};
+  d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(AnyStartsWith(d.evidence, "recomputed in fp32 it is finite and within fp16's range "
+                                        "(max|x| 22.6979)"))
+      << ::testing::PrintToString(d.evidence);
+  // The rate is not negative: the loss's own singular point is the eps's.
+  for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "negative")) << e;
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "give F.poisson_nll_loss an eps float16 holds: "
+                                           "F.poisson_nll_loss(rate, target, log_input=False, "
+                                           "eps=1e-3)"))
+      << d.fixes[0];
+  // Past fp16's range in fp32 it is an overflow, eps or not.
+  s.first_origin->fp32_max_abs = 1e6;
+  EXPECT_EQ(Diagnose(s).kind, "forward_overflow");
+}
+
 TEST(Diagnosis, AnFp16UpdateThatDividesByItsStateIsTheOptimizersState) {
   RunSummary s;
   s.steps = 5;
