@@ -759,6 +759,39 @@ PY
 ) | tee "$build"/unwritten-check.txt || { failed+=("$part_name"); show_log 20 "$build"/unwritten-*.log; }
 fi
 
+if time_left "torch code behind the line on CUDA"; then
+part "NaN made inside torch's own code, on CUDA, named with the fix for the program's call of it: Normal.log_prob of a ReLU's zero scale, nn.MultiheadAttention given an attention_mask as its key_padding_mask, layer and RMS norms with eps=0 over a padding row, F.cosine_similarity's eps of 1e-8 in model.half() (a device scalar_tensor, never read back); a GPU origin's line is read at its op's later calls, with the code it was inside"
+behind=("gaussian_likelihood.py relu" "attention_padding_mask.py as-is"
+  "normalization_eps_zero.py layer" "normalization_eps_zero.py rms" "normalized_padding.py half-cosine")
+for i in "${!behind[@]}"; do
+  # shellcheck disable=SC2086  # a script and its argument
+  on_cuda "$build"/behind-$i ${behind[$i]} &
+done
+wait
+("$python" - "$build" "${behind[@]}" <<'PY'
+import json, sys
+fixes = ["keep the distribution's parameters inside their support",
+         "give nn.MultiheadAttention a key_padding_mask that is True at the padding only",
+         "give the norm an eps > 0", "give the norm an eps > 0",
+         "give F.cosine_similarity an eps float16 holds"]
+failed = 0
+for i, (script, fix) in enumerate(zip(sys.argv[2:], fixes)):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/behind-{i}.json"))
+    except Exception as e:
+        r = {"error": repr(e)}
+    o, d = r.get("first_origin") or {}, r.get("diagnosis") or {}
+    first_fix = (d.get("fixes") or [""])[0]
+    ok = o.get("step") == 0 and d.get("kind") == "invalid_math" and first_fix.startswith(fix)
+    failed += not ok
+    print(f"{script}, CUDA: first origin {o.get('op')} step {o.get('step')} "
+          f"at {o.get('source') or '(no line)'} inside {o.get('via') or '(none)'}, "
+          f"fix {first_fix[:60]!r}: {'OK' if ok else 'WRONG'}")
+sys.exit(1 if failed else 0)
+PY
+) | tee "$build"/behind-check.txt || { failed+=("$part_name"); show_log 20 "$build"/behind-*.log; }
+fi
+
 echo
 echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 tail -n +2 "$build"/bandwidth.txt 2>/dev/null || echo "kernel benchmark: no figures"
@@ -766,7 +799,7 @@ grep '^ring,' "$build"/ring-cost.txt 2>/dev/null | sed 's/^/check ring (ns a che
 for part in probe-check demo-cuda-check raise-check finfo-check adam-fp16-check own-scaler-check several-check padded-check \
     workspace-check \
     evaluation-check given-up-check spectral-check batch-norm-check checkpoint-check unwritten-check \
-    streams-check graph-check batch-check \
+    behind-check streams-check graph-check batch-check \
     batch-replay; do
   cat "$build/$part.txt" 2>/dev/null || echo "$part: no result"
 done

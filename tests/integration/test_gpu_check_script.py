@@ -24,7 +24,7 @@ NEEDS_A_GPU = [
     "given-up iterations on CUDA", "divergence on CUDA", "forward lines on CUDA",
     "own masked divisions on CUDA", "NaN markers on CUDA", "fp16 FFT on CUDA",
     "fp16 batch norm on CUDA", "checkpoint loaded onto CUDA",
-    "memory no op wrote", "streams and devices",
+    "memory no op wrote", "torch code behind the line on CUDA", "streams and devices",
     "CUDA graph capture",
     "held-back checks", "batch replay", "GPT-2 benchmark"]
 # Run only while time is left (GPU_CHECK_BUDGET_S): after the benchmark.
@@ -36,7 +36,7 @@ WHILE_TIME_IS_LEFT = [
     "divergence on CUDA", "forward lines on CUDA", "own masked divisions on CUDA",
     "NaN markers on CUDA", "fp16 FFT on CUDA", "fp16 batch norm on CUDA",
     "checkpoint loaded onto CUDA",
-    "memory no op wrote"]
+    "memory no op wrote", "torch code behind the line on CUDA"]
 # These need none (the GPU tests skip without a device).
 NEEDS_NONE = ["GPU tests", "GPU library tests", "CUPTI tests", "unit tests", "mutex cost",
               "ring cost", "torch_compat fallbacks", "empty callbacks' build"]

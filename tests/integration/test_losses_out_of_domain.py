@@ -178,7 +178,7 @@ def test_a_distributions_log_of_its_scale_is_named_inside_its_method_with_the_sc
     script = SCRIPTS / "gaussian_likelihood.py"
     r = preload_run([PYTHON, script, "relu"], out)
     assert r.returncode == 0 and "step 0 loss nan" in r.stdout, r.stdout + r.stderr
-    line = f"{script}:29 in <module>"
+    line = f"{script}:32 in <module>"
     assert f"{line}, inside Normal.log_prob (torch/distributions/normal.py:" in r.stderr, r.stderr
     j = view_json(out)
     first, d = j["first_origin"], j["diagnosis"]

@@ -58,7 +58,7 @@ def test_a_hugging_face_attention_mask_given_to_multihead_attention_is_named_inv
     script = SCRIPTS / "attention_padding_mask.py"
     first, d = origin_of_failing_run([PYTHON, script, "as-is"], out, "step 0 loss nan")
     assert (first["op"], first["step"]) == ("aten::_softmax", 0), first
-    assert first["source"].endswith("attention_padding_mask.py:32 in <module>"), first
+    assert first["source"].endswith("attention_padding_mask.py:34 in <module>"), first
     assert first["via"].startswith(
         "multi_head_attention_forward (torch/nn/functional.py:"), first
     assert any(e.startswith("the op is nn.MultiheadAttention's own") and
