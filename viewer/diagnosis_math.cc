@@ -52,6 +52,10 @@ constexpr char kAcoshFix[] =
     "infinite, so the clamp must come before it, and masking the distances of a point to "
     "itself after it leaves their gradient NaN";
 
+constexpr char kLogitFix[] =
+    "pass logit an eps, torch.logit(p, eps=1e-6), which clamps p into [eps, 1 - eps] (an "
+    "inverse sigmoid by hand: clamp first, as Deformable DETR's inverse_sigmoid does)";
+
 // What layer, group and RMS normalisation need where a row can be constant.
 constexpr char kNormEpsFix[] =
     "give the norm an eps > 0: nn.LayerNorm's and nn.GroupNorm's default, 1e-5 (nn.RMSNorm's "
@@ -195,9 +199,7 @@ const Singularity kSingularities[] = {
     {{"aten::logit", "aten::special_logit"},
      "logit(p) = log(p / (1 - p)) is -inf at p = 0 and +inf at p = 1 (a hard label "
      "among soft ones, a box coordinate on the image's border)",
-     "pass logit an eps, torch.logit(p, eps=1e-6), which clamps p into [eps, 1 - eps] (an "
-     "inverse sigmoid by hand: clamp first, as Deformable DETR's inverse_sigmoid does)",
-     {"aten::logit", "aten::special_logit"}, nullptr, false,
+     kLogitFix, {"aten::logit", "aten::special_logit"}, nullptr, false,
      /*takes_probabilities=*/true},
     {{"aten::lgamma", "aten::digamma", "aten::polygamma", "aten::mvlgamma",
       "aten::special_gammaln", "aten::special_digamma", "aten::special_polygamma",
@@ -243,6 +245,20 @@ const Singularity kSingularities[] = {
      "Poincare ball, project the points back inside after each update, x * (1 - 1e-5) / "
      "x.norm(dim=-1, keepdim=True).clamp_min(1 - 1e-5), as geoopt's PoincareBall does"},
 };
+
+// `s`'s fix for `f`. torch.logit's eps of 1e-6 is none in float16 or
+// bfloat16, where 1 - 1e-6 rounds to 1 and logit(1) is inf again.
+std::string SingularFix(const Singularity& s, const FindingRow& f) {
+  if (s.fix == kLogitFix && (f.dtype == "float16" || f.dtype == "bfloat16")) {
+    const char* eps = f.dtype == "float16" ? "1e-3" : "1e-2";
+    return absl::StrCat("pass logit an eps ", f.dtype, " holds, torch.logit(p, eps=", eps,
+                        "), which clamps p into [eps, 1 - eps]: 1 - 1e-6, enough in fp32, "
+                        "rounds to 1 in ", f.dtype, ", where logit is inf again (an inverse "
+                        "sigmoid by hand: clamp first, as Deformable DETR's inverse_sigmoid "
+                        "does)");
+  }
+  return s.fix;
+}
 
 // The largest finite max|x| among a finding's inputs ("#1 float32[8, 16]
 // max|x|=1.44807e+21; ..."); nullopt when none says one.
@@ -834,12 +850,18 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   // The eps meant to keep a denominator or a log's argument off 0 was 0
   // itself in f's format.
   const StepEvent* eps = EpsRoundedBefore(s, f);
-  // In fp32 that eps is not 0, and the recomputation stays within fp16's
-  // range: fp16's precision broke, not its range (F.poisson_nll_loss's
-  // log(rate + 1e-8) at a rate of 0 in float16).
-  const bool lost_eps = eps != nullptr && !HasFp32Range(f.dtype) && f.fp32_max_abs &&
-                        std::isfinite(*f.fp32_max_abs) && *f.fp32_max_abs <= kFp16Max;
-  if (!recomputed_non_finite && !wide && no_overflow.empty() && !lost_eps) return std::nullopt;
+  // Recomputed in fp32 it stays within fp16's range: fp16's precision
+  // broke, not its range, where an eps was 0 in float16 and is not in fp32
+  // (F.poisson_nll_loss's log(rate + 1e-8) at a rate of 0), or put the
+  // argument on the function's singular point (torch.logit's clamp at 1 -
+  // 1e-6, which is 1 in float16).
+  const bool fits_fp16 = !HasFp32Range(f.dtype) && f.fp32_max_abs &&
+                         std::isfinite(*f.fp32_max_abs) && *f.fp32_max_abs <= kFp16Max;
+  const bool lost_eps = fits_fp16 && eps != nullptr;
+  const bool precision_only = fits_fp16 && (eps != nullptr || singular != nullptr);
+  if (!recomputed_non_finite && !wide && no_overflow.empty() && !precision_only) {
+    return std::nullopt;
+  }
   Diagnosis d;
   d.kind = "invalid_math";
   d.op = f.op;
@@ -852,10 +874,11 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
                          ", with fp32's range: fp16's limit is not what broke")
       : recomputed_non_finite
           ? "recomputed in fp32 it is not finite either: more range would not help"
-      : lost_eps
+      : precision_only
           ? absl::StrCat("recomputed in fp32 it is finite and within fp16's range (max|x| ",
-                         FormatAbs(*f.fp32_max_abs), "): not fp16's range but its precision, "
-                         "in which an eps it computes with is 0 (below)")
+                         FormatAbs(*f.fp32_max_abs), "): not fp16's range but its precision, ",
+                         lost_eps ? "in which an eps it computes with is 0 (below)"
+                                  : "which put an argument on the function's singular point")
           : no_overflow);
   // With its eps, the function is finite here: its singular point is the
   // eps's doing.
@@ -992,7 +1015,7 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   const bool via_fixed = AddViaEvidenceAndFix(s, f, singular, d);
   // The program kept its denominator off 0 already, with an eps too small.
   if (singular != nullptr && eps == nullptr && !mean_over_nothing && !via_fixed) {
-    d.fixes.push_back(singular->fix);
+    d.fixes.push_back(SingularFix(*singular, f));
   }
   if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {
     d.fixes.push_back(exp_fix);

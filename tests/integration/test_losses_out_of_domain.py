@@ -231,6 +231,13 @@ def test_a_logit_of_a_hard_label_is_infinite_and_takes_an_eps(out):
     monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "logit-eps"], out.parent / "fixed")
     assert "weights finite False" not in monitored.stdout, monitored.stdout
     assert view_json(out.parent / "fixed")["first_origin"] is None
+    # Over float16 probabilities that eps is none: 1 - 1e-6 rounds to 1.
+    first, d, _ = diagnosed(out.parent / "half", "logit-half", 2)
+    assert (first["op"], first["dtype"], first["posinf"]) == ("aten::logit", "float16", 1), first
+    assert d["fixes"][0].startswith("pass logit an eps float16 holds, torch.logit(p, eps=1e-3)"), d
+    monitored, _ = plain_and_monitored([PYTHON, SCRIPT, "logit-half-eps"], out.parent / "fixed-half")
+    assert "weights finite False" not in monitored.stdout, monitored.stdout
+    assert view_json(out.parent / "fixed-half")["first_origin"] is None
 
 
 def test_lgamma_of_a_dispersion_of_zero_is_named_with_a_positive_parametrisation(out):

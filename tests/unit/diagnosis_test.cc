@@ -945,6 +945,20 @@ TEST(Diagnosis, ANormOverExplodedInputsIsTheirsNotItsEps) {
   ExpectInvalidMath(s, "layer and group normalisation divide", "give the norm an eps > 0");
 }
 
+// torch.logit(p, eps=1e-6) clamps at 1 - 1e-6, which is 1 in float16 and
+// bfloat16: the eps to pass is one their spacing below 1 keeps.
+TEST(Diagnosis, ALogitsEpsIsOneItsFormatHolds) {
+  RunSummary s = NanLossRun(3, "aten::logit", "", 128, 0, "#0 float32[32, 4] max|x|=1", {0});
+  s.first_origin->posinf = 1;
+  ExpectInvalidMath(s, "logit(p) = log(p / (1 - p))", "torch.logit(p, eps=1e-6)");
+  for (const auto& [dtype, eps] : {std::pair{"float16", "eps=1e-3"}, {"bfloat16", "eps=1e-2"}}) {
+    s.first_origin->dtype = dtype;
+    s.first_origin->fp32_max_abs = std::numeric_limits<double>::infinity();
+    ExpectInvalidMath(s, "logit(p) = log(p / (1 - p))", absl::StrCat("torch.logit(p, ", eps, ")"));
+    EXPECT_TRUE(absl::StrContains(Diagnose(s).fixes[0], "1 - 1e-6, enough in fp32, rounds to 1"));
+  }
+}
+
 // log1p's edge is -1, not 0: log's clamp_min(eps) would make log1p(-p)
 // log1p(eps) for every p.
 TEST(Diagnosis, ALog1pIsKeptAboveMinusOneNotClampedAtEps) {
@@ -1142,12 +1156,15 @@ TEST(Diagnosis, AnFp16ResultFiniteInFp32WithinRangeIsItsLostEpsNotAnOverflow) {
   s.first_origin->step = 0;
   s.first_origin->dtype = "float16";
   s.first_origin->fp32_max_abs = 22.6979;
-  // Without an eps that was 0: an overflow inside the op, not of its result.
+  // An op of no singular point, with no eps that was 0: an overflow inside
+  // it, not of its result.
+  s.first_origin->op = "aten::mm";
   Diagnosis d = Diagnose(s);
   EXPECT_EQ(d.kind, "forward_overflow");
-  EXPECT_TRUE(absl::StartsWith(d.title, "Forward overflow inside aten::poisson_nll_loss at step "
-                                        "0: its result fits fp16 (fp32 gives at most 22.6979)"))
+  EXPECT_TRUE(absl::StartsWith(d.title, "Forward overflow inside aten::mm at step 0: its result "
+                                        "fits fp16 (fp32 gives at most 22.6979)"))
       << d.title;
+  s.first_origin->op = "aten::poisson_nll_loss";
   s.eps_rounded = {{0, "aten::add's 1e-08 is 0 in float16 (its smallest value is 5.96046e-08)"}};
   d = Diagnose(s);
   ASSERT_EQ(d.kind, "invalid_math");

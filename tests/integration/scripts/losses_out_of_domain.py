@@ -25,6 +25,10 @@ logit    a student regressing a teacher's logits, torch.logit of its soft
          labels: at step 2 a hard label (exactly 1) is among them, whose
          logit is +inf (the fix, torch.logit(p, eps=1e-6), is MODE
          logit-eps)
+logit-half
+         the same with that fix over float16 soft labels, where 1 - 1e-6
+         rounds to 1 and the logit is +inf again (the fix, eps=1e-3, is
+         MODE logit-half-eps)
 nb       a negative binomial likelihood of counts (scVI's), written with
          torch.lgamma, whose per-gene dispersion is a ReLU: at step 2 one
          gene's is 0, and lgamma(0) is +inf (the fix, softplus plus a
@@ -120,7 +124,7 @@ def bce_by_hand(log1p=False, clamped=False):
         report(step, loss, model.parameters())
 
 
-def logit_targets(eps):
+def logit_targets(eps, half=False):
     student = torch.nn.Linear(8, 4)
     opt = torch.optim.SGD(student.parameters(), lr=0.1)
     x = torch.randn(32, 8)
@@ -128,7 +132,10 @@ def logit_targets(eps):
         soft = torch.rand(32, 4) * 0.8 + 0.1
         if step == 2:  # a hard label among the soft ones
             soft[5, 1] = 1.0
-        loss = F.mse_loss(student(x), torch.logit(soft, eps=1e-6 if eps else None))
+        if half:  # the teacher's probabilities, in float16
+            soft = soft.half()
+        targets = torch.logit(soft, eps=eps).float()
+        loss = F.mse_loss(student(x), targets)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -165,5 +172,7 @@ def negative_binomial(softplus):
  "std": std_of_groups, "focal": focal, "bce": bce_by_hand,
  "bce-log1p": lambda: bce_by_hand(log1p=True),
  "bce-log1p-clamped": lambda: bce_by_hand(log1p=True, clamped=True),
- "logit": lambda: logit_targets(False), "logit-eps": lambda: logit_targets(True),
+ "logit": lambda: logit_targets(None), "logit-eps": lambda: logit_targets(1e-6),
+ "logit-half": lambda: logit_targets(1e-6, half=True),
+ "logit-half-eps": lambda: logit_targets(1e-3, half=True),
  "nb": lambda: negative_binomial(False), "nb-softplus": lambda: negative_binomial(True)}[MODE]()
