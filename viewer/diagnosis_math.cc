@@ -850,15 +850,16 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   // The eps meant to keep a denominator or a log's argument off 0 was 0
   // itself in f's format.
   const StepEvent* eps = EpsRoundedBefore(s, f);
-  // Recomputed in fp32 it stays within fp16's range: fp16's precision
-  // broke, not its range, where an eps was 0 in float16 and is not in fp32
-  // (F.poisson_nll_loss's log(rate + 1e-8) at a rate of 0), or put the
-  // argument on the function's singular point (torch.logit's clamp at 1 -
-  // 1e-6, which is 1 in float16).
-  const bool fits_fp16 = !HasFp32Range(f.dtype) && f.fp32_max_abs &&
-                         std::isfinite(*f.fp32_max_abs) && *f.fp32_max_abs <= kFp16Max;
-  const bool lost_eps = fits_fp16 && eps != nullptr;
-  const bool precision_only = fits_fp16 && (eps != nullptr || singular != nullptr);
+  // Recomputed in fp32 it is finite and fits its 16-bit format: that
+  // format's precision broke, not its range, where an eps was 0 in it and
+  // is not in fp32 (F.poisson_nll_loss's log(rate + 1e-8) at a rate of 0
+  // in float16), or put the argument on the function's singular point
+  // (torch.logit's clamp at 1 - 1e-6, which is 1 in float16 and bfloat16).
+  const bool fits_format =
+      (f.dtype == "float16" || f.dtype == "bfloat16") && f.fp32_max_abs &&
+      std::isfinite(*f.fp32_max_abs) && (f.dtype != "float16" || *f.fp32_max_abs <= kFp16Max);
+  const bool lost_eps = fits_format && eps != nullptr;
+  const bool precision_only = fits_format && (eps != nullptr || singular != nullptr);
   if (!recomputed_non_finite && !wide && no_overflow.empty() && !precision_only) {
     return std::nullopt;
   }
@@ -869,16 +870,17 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
                          " made inf/NaN from finite inputs at step ", f.step);
   d.evidence.push_back(WhatItGave(f));
   d.evidence.push_back(
-      HasFp32Range(f.dtype)
+      precision_only
+          ? absl::StrCat("recomputed in fp32 it is finite and within ", f.dtype, "'s range "
+                         "(max|x| ", FormatAbs(*f.fp32_max_abs), "): not ", f.dtype,
+                         "'s range but its precision, ",
+                         lost_eps ? "in which an eps it computes with is 0 (below)"
+                                  : "which put an argument on the function's singular point")
+      : HasFp32Range(f.dtype)
           ? absl::StrCat("the outputs are ", f.dtype,
                          ", with fp32's range: fp16's limit is not what broke")
       : recomputed_non_finite
           ? "recomputed in fp32 it is not finite either: more range would not help"
-      : precision_only
-          ? absl::StrCat("recomputed in fp32 it is finite and within fp16's range (max|x| ",
-                         FormatAbs(*f.fp32_max_abs), "): not fp16's range but its precision, ",
-                         lost_eps ? "in which an eps it computes with is 0 (below)"
-                                  : "which put an argument on the function's singular point")
           : no_overflow);
   // With its eps, the function is finite here: its singular point is the
   // eps's doing.

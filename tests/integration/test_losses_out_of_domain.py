@@ -142,7 +142,7 @@ def test_a_poisson_losss_eps_that_is_0_in_float16_is_its_precision_not_an_overfl
     assert (first["op"], first["step"], first["dtype"]) == ("aten::poisson_nll_loss", 0,
                                                            "float16"), first
     assert (d["kind"], d["op"]) == ("invalid_math", "aten::poisson_nll_loss"), d
-    assert any(e.startswith("recomputed in fp32 it is finite and within fp16's range")
+    assert any(e.startswith("recomputed in fp32 it is finite and within float16's range")
                for e in d["evidence"]), d["evidence"]
     assert any("aten::add's 1e-08 is 0 in float16" in e for e in d["evidence"]), d["evidence"]
     assert not any("negative" in e for e in d["evidence"]), d["evidence"]

@@ -951,10 +951,15 @@ TEST(Diagnosis, ALogitsEpsIsOneItsFormatHolds) {
   RunSummary s = NanLossRun(3, "aten::logit", "", 128, 0, "#0 float32[32, 4] max|x|=1", {0});
   s.first_origin->posinf = 1;
   ExpectInvalidMath(s, "logit(p) = log(p / (1 - p))", "torch.logit(p, eps=1e-6)");
+  // Recomputed in fp32, whose clamp at 1 - 1e-6 is below 1, it is finite.
   for (const auto& [dtype, eps] : {std::pair{"float16", "eps=1e-3"}, {"bfloat16", "eps=1e-2"}}) {
     s.first_origin->dtype = dtype;
-    s.first_origin->fp32_max_abs = std::numeric_limits<double>::infinity();
-    ExpectInvalidMath(s, "logit(p) = log(p / (1 - p))", absl::StrCat("torch.logit(p, ", eps, ")"));
+    s.first_origin->fp32_max_abs = 13.8155;
+    ExpectInvalidMath(s, absl::StrCat("recomputed in fp32 it is finite and within ", dtype,
+                                      "'s range (max|x| 13.8155): not ", dtype,
+                                      "'s range but its precision, which put an argument on "
+                                      "the function's singular point"),
+                      absl::StrCat("torch.logit(p, ", eps, ")"));
     EXPECT_TRUE(absl::StrContains(Diagnose(s).fixes[0], "1 - 1e-6, enough in fp32, rounds to 1"));
   }
 }
@@ -1168,8 +1173,8 @@ TEST(Diagnosis, AnFp16ResultFiniteInFp32WithinRangeIsItsLostEpsNotAnOverflow) {
   s.eps_rounded = {{0, "aten::add's 1e-08 is 0 in float16 (its smallest value is 5.96046e-08)"}};
   d = Diagnose(s);
   ASSERT_EQ(d.kind, "invalid_math");
-  EXPECT_TRUE(AnyStartsWith(d.evidence, "recomputed in fp32 it is finite and within fp16's range "
-                                        "(max|x| 22.6979)"))
+  EXPECT_TRUE(AnyStartsWith(d.evidence, "recomputed in fp32 it is finite and within float16's "
+                                        "range (max|x| 22.6979)"))
       << ::testing::PrintToString(d.evidence);
   // The rate is not negative: the loss's own singular point is the eps's.
   for (const std::string& e : d.evidence) EXPECT_FALSE(absl::StrContains(e, "negative")) << e;
