@@ -56,13 +56,14 @@ std::optional<double> EpsValueOf(const c10::IValue& given, uint64_t op_id) {
 
 void NoteScalarTensor(const std::vector<c10::IValue>& inputs,
                       const std::vector<c10::IValue>& outputs, uint64_t op_id) {
-  if (inputs.empty() || !inputs[0].isScalar() || outputs.empty() || !outputs[0].isTensor()) {
+  // A double, as an eps is (a symbolic float of a trace has no value).
+  if (inputs.empty() || !inputs[0].isDouble() || outputs.empty() || !outputs[0].isTensor()) {
     return;
   }
   const at::Tensor& made = outputs[0].toTensor();
   if (!made.defined()) return;
   LastScalarTensor& last = KeepAddress(t_last_scalar_tensor);
-  last = {made.unsafeGetTensorImpl(), made.const_data_ptr(), inputs[0].toScalar().toDouble(),
+  last = {made.unsafeGetTensorImpl(), made.const_data_ptr(), inputs[0].toDouble(),
           op_id};
 }
 
