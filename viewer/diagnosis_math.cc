@@ -282,14 +282,25 @@ std::optional<double> LargestFiniteInput(const FindingRow& f) {
 // (3.4e38): the square root of its largest value.
 constexpr double kFp32SquareLimit = 1.8446742e19;
 
+bool HasFp32Range(const std::string& dtype) {
+  return dtype == "float32" || dtype == "float64" || dtype == "bfloat16";
+}
+
+// The largest finite input when it is past 1.8e19 in a format of fp32's
+// range, whose square or product passes it: values that exploded before
+// `f`. nullopt otherwise (float64 squares them still).
+std::optional<double> ExplodedInput(const FindingRow& f) {
+  if (f.dtype == "float64" || !HasFp32Range(f.dtype)) return std::nullopt;
+  const std::optional<double> largest = LargestFiniteInput(f);
+  if (!largest || *largest <= kFp32SquareLimit) return std::nullopt;
+  return largest;
+}
+
 const Singularity* SingularityOf(const FindingRow& f) {
   for (const Singularity& s : kSingularities) {
     if (s.only_nan && (f.nan == 0 || f.posinf != 0 || f.neginf != 0)) continue;
     if (s.needs_nan && f.nan == 0) continue;
-    if (s.inputs_in_range && f.dtype != "float64") {
-      const std::optional<double> largest = LargestFiniteInput(f);
-      if (largest && *largest > kFp32SquareLimit) continue;
-    }
+    if (s.inputs_in_range && ExplodedInput(f)) continue;
     for (const char* op : s.ops) {
       if (f.op == op || f.top_op == op) return &s;
     }
@@ -320,9 +331,6 @@ std::string NoOverflowWithoutRecomputation(const Singularity* s, const FindingRo
   return "";
 }
 
-bool HasFp32Range(const std::string& dtype) {
-  return dtype == "float32" || dtype == "float64" || dtype == "bfloat16";
-}
 
 std::string WhatCameOut(const FindingRow& f) {
   std::string out;
@@ -969,10 +977,7 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   }
   // Finite inputs so large that their square is past fp32's range: values
   // that exploded before this op, which only squared or multiplied them.
-  const std::optional<double> largest = LargestFiniteInput(f);
-  const bool exploded = f.dtype != "float64" && HasFp32Range(f.dtype) && largest &&
-                        *largest > kFp32SquareLimit;
-  if (exploded) {
+  if (const std::optional<double> largest = ExplodedInput(f)) {
     d.evidence.push_back(absl::StrCat(
         "an input reached |x| = ", absl::SixDigits(*largest),
         ", past 1.8e19, where a square or a product passes fp32's range (3.4e38): the values "
