@@ -11,6 +11,7 @@
 #include "viewer/diagnosis_buffers.h"
 #include "viewer/diagnosis_growth.h"
 #include "viewer/diagnosis_loaded_state.h"
+#include "viewer/diagnosis_made_values.h"
 #include "viewer/diagnosis_math.h"
 #include "viewer/diagnosis_update.h"
 #include "viewer/scaler_skips.h"
@@ -533,6 +534,7 @@ Diagnosis DiagnoseRun(const RunSummary& s) {
     if (auto state = Fp16OptimizerState(s, f)) return *state;
     if (auto norm = Fp16GradientNorm(s, f)) return *norm;
     if (auto stats = Fp16RunningStatistics(s, f)) return *stats;
+    if (auto made = MadeFromNumbers(s, f)) return *made;
     if (f.phase == "forward") return ForwardOverflow(s, f);
   }
   if (!s.first_origin && s.first_received) {

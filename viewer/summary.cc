@@ -18,6 +18,7 @@
 #include "core/check_limits.h"
 #include "core/config.h"
 #include "viewer/diagnosis.h"
+#include "viewer/diagnosis_made_values.h"
 #include "viewer/json_writer.h"
 #include "viewer/scaler_skips.h"
 
@@ -626,7 +627,9 @@ std::string RenderText(const RunSummary& s, int width, bool color) {
                       reset, "  ", f.phase, "  step ", f.step, "\n");
       absl::StrAppend(&out, FromMask(f)        ? "          a mask's -inf (and finite inputs) gave "
                             : FromNanMarker(f) ? "          NaN markers (and finite inputs) gave "
-                                               : "          finite inputs gave ",
+                            : MakesValuesFromNumbers(f.op)
+                                ? "          the program's numbers (no tensor's values) gave "
+                                : "          finite inputs gave ",
                       f.dtype, " outputs with");
     } else if (f.kind == "compiled") {
       absl::StrAppend(&out, "  ", red, "compiled", reset, "  ", bold, OpLabel(f), reset, "  ",

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "viewer/scaler_skips.h"
 
@@ -1432,6 +1433,72 @@ TEST(Diagnosis, AnFp16GradientNormThatOverflowedIsTheClippingsNotTheGradients) {
   d = Diagnose(s);
   EXPECT_EQ(d.kind, "backward_overflow");
   EXPECT_TRUE(absl::StrContains(d.evidence[0], ", called at train.py:13")) << d.evidence[0];
+}
+
+
+// torch.arange(n, dtype=torch.float16) of positions past 65504: no op grew
+// past the range, and neither NANHUNT_FP32_OPS nor autocast changes the
+// dtype the code asked for.
+FindingRow MadeFromNumbersOrigin(const char* op, int64_t posinf, int64_t neginf) {
+  FindingRow f;
+  f.kind = "origin";
+  f.op = f.top_op = op;
+  f.phase = "forward";
+  f.dtype = "float16";
+  f.step = 3;
+  f.elements = 70000;
+  f.posinf = posinf;
+  f.neginf = neginf;
+  f.source = "rope.py:12 in _grow";
+  return f;
+}
+
+TEST(Diagnosis, ValuesMadeFromTheProgramsNumbersAreTheCodesDtypeNotAnOpToRunInFp32) {
+  RunSummary s;
+  s.steps = 8;
+  s.fp16_updates = true;
+  s.first_origin = MadeFromNumbersOrigin("aten::arange", 4472, 0);
+  Diagnosis d = Diagnose(s);
+  EXPECT_EQ(d.kind, "forward_overflow");
+  EXPECT_EQ(d.op, "aten::arange");
+  EXPECT_EQ(d.title, "Forward overflow: aten::arange was asked for float16 values past 65504 at "
+                     "step 3");
+  const std::string evidence = absl::StrJoin(d.evidence, " | ");
+  EXPECT_TRUE(absl::StrContains(evidence, "made a float16 sequence of 70000 values from the "
+                                          "program's numbers, +inf=4472 of them past 65504"))
+      << evidence;
+  EXPECT_TRUE(absl::StrContains(evidence, "counts whole numbers exactly only up to 2048"));
+  EXPECT_TRUE(absl::StrContains(evidence, "dtype=self.inv_freq.dtype"));
+  EXPECT_FALSE(absl::StrContains(evidence, "as activations grew"));
+  ASSERT_EQ(d.fixes.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "make it in float32 (torch.arange(n, "
+                                           "dtype=torch.float32))"))
+      << d.fixes[0];
+  EXPECT_TRUE(absl::StrContains(d.fixes[0], "at rope.py:12 in _grow"));
+
+  // A heavy-tailed draw in an autocast run: its own fixes, bf16 allowed.
+  s.fp16_updates = false;
+  s.first_origin = MadeFromNumbersOrigin("aten::cauchy_", 58, 45);
+  d = Diagnose(s);
+  EXPECT_EQ(d.title, "Forward overflow: aten::cauchy_ was asked for float16 values past 65504 "
+                     "at step 3");
+  EXPECT_TRUE(absl::StrContains(d.evidence[0], "random draw of 70000 values from the program's "
+                                               "numbers, +inf=58 -inf=45 of them"))
+      << d.evidence[0];
+  EXPECT_EQ(d.evidence.size(), 2u);  // no buffer's dtype, no whole numbers
+  ASSERT_EQ(d.fixes.size(), 2u);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "draw in float32")) << d.fixes[0];
+  EXPECT_EQ(d.fixes[1], "or draw in bfloat16 (float32's range)");
+
+  // Not an op of the program's numbers, or not float16's range: the
+  // generic forward overflow.
+  for (FindingRow f : {MadeFromNumbersOrigin("aten::mul", 5, 0),
+                       MadeFromNumbersOrigin("aten::arange", 5, 0)}) {
+    if (f.op == "aten::arange") f.dtype = "bfloat16";
+    s.first_origin = f;
+    d = Diagnose(s);
+    EXPECT_FALSE(absl::StrContains(d.title, "was asked for")) << f.op << " " << f.dtype;
+  }
 }
 
 }  // namespace
