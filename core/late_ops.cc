@@ -27,6 +27,7 @@ class LateContext final : public OpContext {
       f.from_collective = in.from_collective;
       f.copy_source = in.copy_source;
       f.model_tensor = in.model_tensor;
+      f.python_number = in.python_number;
       // A check at its first read that did not happen (its memory went
       // first) counted nothing: the input is then as if never checked.
       if (in.checked_on_host || (in.checked_at_first_read && in.counts.elements > 0)) {

@@ -49,6 +49,9 @@ struct LateInput {
   // tensor holding masks: found at enqueue (OpContext::InputsHoldMasks).
   // Device memory: the registry, at delivery.
   bool holds_masks = false;
+  // A host tensor torch wrapped a Python number into (InputFacts::
+  // python_number): `scores + (1.0 - keep) * -1e9` on a GPU.
+  bool python_number = false;
   CheckCounts counts;             // when checked_on_host
   double max_abs = 0;
   bool copy_source = false;  // InputFacts::copy_source

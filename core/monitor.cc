@@ -60,10 +60,40 @@ bool FromPythonNumbers(const std::vector<InputFacts>& inputs, bool nonfinite_onl
   return any;
 }
 
+// The largest finite value of `format`: the pattern below its infinity's
+// (or, without infinities, its NaN's).
+double LargestFinite(Format format) {
+  return DecodeMagnitude(
+      format, SmallestPatternAtLeast(format, std::numeric_limits<double>::infinity()) - 1);
+}
+
+// Whether `in` is a number the program wrote past the range of the format
+// `e` made -inf in, and -inf is all the non-finite `e` made: `(1.0 - mask)
+// * -1e9` over fp16 scores, where -1e9 is fp16's -inf. A mask value meant
+// as minus infinity, which it is there. Masks are negative: +inf or NaN
+// made of such a number is what the op computed (`x * 1e9`).
+bool LiteralPastRange(const InputFacts& in, const OpEvent& e, const CheckCounts& total) {
+  if (!in.checked || !(in.python_number || in.dtype == "scalar") || AnyNonFinite(in.counts) ||
+      total.neginf == 0 || total.posinf != 0 || total.nan != 0) {
+    return false;
+  }
+  for (const TensorFacts& t : e.outputs) {
+    if (t.counts.neginf == 0) continue;
+    return in.max_abs > LargestFinite(t.format);
+  }
+  return false;
+}
+
 // `e` only casts a number the program wrote to one value: its non-finite
-// inputs are such numbers (the inf of `x != inf`).
-bool CastsPythonNumber(const OpEvent& e, const std::vector<InputFacts>& inputs) {
-  return CopiesIntoOneValue(e) && FromPythonNumbers(inputs, /*nonfinite_only=*/true);
+// inputs are such numbers (the inf of `x != inf`), or its -inf is such a
+// number past the format's range (the -1e9 of `(1.0 - mask) * -1e9` cast
+// to fp16).
+bool CastsPythonNumber(const OpEvent& e, const CheckCounts& total,
+                       const std::vector<InputFacts>& inputs) {
+  if (!CopiesIntoOneValue(e)) return false;
+  return FromPythonNumbers(inputs, /*nonfinite_only=*/true) ||
+         std::any_of(inputs.begin(), inputs.end(),
+                     [&](const InputFacts& in) { return LiteralPastRange(in, e, total); });
 }
 
 // `e` casts a number the program wrote to one finite value near the limit
@@ -608,6 +638,37 @@ void Monitor::OnEpsRoundedToZero(absl::string_view op, Format format, double eps
                    where.empty() ? "" : absl::StrCat(", at ", where))});
 }
 
+void Monitor::OnMaskLiteralPastRange(absl::string_view op, Format format, double value,
+                                     absl::FunctionRef<std::string()> source) {
+  const std::string number = absl::StrCat(absl::SixDigits(value));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!mask_literals_.insert(absl::StrCat(number, "/", FormatName(format))).second) return;
+  }
+  const std::string where = source();  // walks the Python stack: without the lock
+  absl::MutexLock lock(&mu_);
+  if (!writer_) return;
+  writer_->Add(EventRow{
+      clock_(), kMaskLiteralPastRange,
+      absl::StrCat("step ", steps_.step(), ": ", op, " made -inf of the program's ", number,
+                   ", past ", FormatName(format), "'s largest value (",
+                   absl::SixDigits(LargestFinite(format)), ")",
+                   where.empty() ? "" : absl::StrCat(", at ", where))});
+}
+
+void Monitor::NoteMaskLiteral(const OpEvent& e, const CheckCounts& total,
+                              const std::vector<InputFacts>& inputs, OpContext& context) {
+  for (const InputFacts& in : inputs) {
+    if (!LiteralPastRange(in, e, total)) continue;
+    for (const TensorFacts& t : e.outputs) {
+      if (t.counts.neginf == 0) continue;
+      OnMaskLiteralPastRange(e.top_op.empty() ? e.op : e.top_op, t.format, in.max_abs,
+                             [&] { return context.Source(); });
+      return;
+    }
+  }
+}
+
 void Monitor::SettleDeferral(const Deferral& d, Settled settled) {
   // Garbage overwritten (a buffer's old bytes) is no value the op computed:
   // neither a finding nor statistics.
@@ -700,6 +761,10 @@ bool Monitor::IsMasking(const OpEvent& e, const CheckCounts& total,
   bool any_deliberate = false, any_assumed = false, deliberate_posinf = false;
   for (InputFacts& in : inputs) {
     any_assumed |= in.assumed_finite;
+    if (LiteralPastRange(in, e, total)) {
+      in.deliberate = any_deliberate = true;
+      continue;
+    }
     if (!in.checked || !AnyNonFinite(in.counts)) continue;
     if (e.others_unchecked && !in.produced_by_op && in.counts.nan == 0) {
       in.deliberate = true;  // presumed: its maker was not checked
@@ -820,12 +885,13 @@ Verdict Monitor::ClassifyNonFinite(const OpEvent& e, const CheckCounts& total,
       return Verdict::kOwnMasked;
     }
     if (IsMasking(e, total, inputs, context)) {
+      NoteMaskLiteral(e, total, inputs, context);
       absl::MutexLock lock(&mu_);
       // A mask is not a non-finite step. A cast of a number the program
       // wrote (the inf of `x != inf`, of isfinite, isinf and logsumexp,
       // that torch wraps into a tensor and casts to x's dtype) is no value
       // it computed, and no mask of its: neither counted nor listed.
-      if (CastsPythonNumber(e, inputs)) return Verdict::kMasked;
+      if (CastsPythonNumber(e, total, inputs)) return Verdict::kMasked;
       CountOpLocked(e, TotalMaxAbs(e.outputs), /*nonfinite=*/false, /*mask=*/true);
       mask_ops_.insert(std::string(e.op));
       return Verdict::kMasked;

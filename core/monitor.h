@@ -362,6 +362,16 @@ class Monitor {
   void OnEpsRoundedToZero(absl::string_view op, Format format, double eps,
                           absl::FunctionRef<std::string()> source);
 
+  // `op` made a mask's -inf of a number the program wrote past `format`'s
+  // range (LiteralPastRange in monitor.cc: `(1.0 - mask) * -1e9` over fp16
+  // scores). The first time for each number and format, an events row
+  // (kMaskLiteralPastRange) with the line `source()` gives (`value`, the
+  // number's magnitude: its sign is not read): a row masked
+  // entirely is NaN after a softmax, where a mask fp16 holds
+  // (torch.finfo(dtype).min) would have left it finite.
+  void OnMaskLiteralPastRange(absl::string_view op, Format format, double value,
+                              absl::FunctionRef<std::string()> source);
+
   // Step boundaries (see StepTracker).
   void OnOptimizerStepBegin();
   // Optimizer `optimizer` steps (or GradScaler skipped it): another
@@ -634,6 +644,10 @@ class Monitor {
   static bool NanShareNoLarger(const CheckCounts& total, const std::vector<InputFacts>& inputs);
   static bool IsMasking(const OpEvent& e, const CheckCounts& total,
                         std::vector<InputFacts>& inputs, OpContext& context);
+  // Tells OnMaskLiteralPastRange of the number past its format's range
+  // that `e`, judged a mask, made -inf of, if any.
+  void NoteMaskLiteral(const OpEvent& e, const CheckCounts& total,
+                       const std::vector<InputFacts>& inputs, OpContext& context);
   // What a backward formula's division made at a zero (a norm's, sinc's),
   // which it masks itself (MasksItsZeroDivisionInBackward), of inputs that
   // were finite; or what an op of that formula made of it on its way to the
@@ -714,6 +728,8 @@ class Monitor {
   absl::flat_hash_set<std::string> mask_ops_ ABSL_GUARDED_BY(mu_);
   // "op/format" pairs OnEpsRoundedToZero has told of.
   absl::flat_hash_set<std::string> eps_rounded_ ABSL_GUARDED_BY(mu_);
+  // "number/format" pairs OnMaskLiteralPastRange has told of.
+  absl::flat_hash_set<std::string> mask_literals_ ABSL_GUARDED_BY(mu_);
   std::optional<FindingRow> first_origin_ ABSL_GUARDED_BY(mu_);
   std::optional<FindingRow> last_origin_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> notify_ ABSL_GUARDED_BY(mu_);

@@ -669,6 +669,24 @@ const StepEvent* EpsRoundedBefore(const RunSummary& s, const FindingRow& f) {
   return nullptr;
 }
 
+// A number the program wrote past `f`'s format's range that a mask op made
+// -inf of at or before `f`'s step (`(1.0 - mask) * -1e9` in float16), when
+// `f` is a softmax of a mask's -inf; else null.
+const StepEvent* MaskLiteralBefore(const RunSummary& s, const FindingRow& f) {
+  static constexpr absl::string_view kSoftmaxes[] = {
+      "aten::_softmax", "aten::softmax", "aten::_log_softmax", "aten::log_softmax",
+      "aten::_safe_softmax"};
+  if (!FromMask(f) ||
+      std::find(std::begin(kSoftmaxes), std::end(kSoftmaxes), f.op) == std::end(kSoftmaxes)) {
+    return nullptr;
+  }
+  const std::string in_format = absl::StrCat(", past ", f.dtype, "'s largest value");
+  for (const StepEvent& e : s.mask_literals) {
+    if (e.step <= f.step && absl::StrContains(e.detail, in_format)) return &e;
+  }
+  return nullptr;
+}
+
 // What to do about an eps that was 0 in `f`'s format before `f` divided
 // by 0: the eps of torch's function that made the division, where the
 // program called one; the program's own otherwise.
@@ -1020,8 +1038,26 @@ std::optional<Diagnosis> InvalidMath(const RunSummary& s, const FindingRow& f) {
   // torch's own code made the op call for the program's line: its
   // arguments are what to fix, not a log or softmax the program never wrote.
   const bool via_fixed = AddViaEvidenceAndFix(s, f, singular, d);
+  // The program masked with a number it meant as finite, and the format
+  // made it -inf: a mask the format holds leaves a row masked entirely
+  // finite (a uniform softmax, which the loss or the padding ignores).
+  const StepEvent* literal = MaskLiteralBefore(s, f);
+  if (literal != nullptr) {
+    d.evidence.push_back(absl::StrCat(
+        "the mask's -inf was a number the program wrote past ", f.dtype, "'s range (step ",
+        literal->step, "): ", literal->detail));
+    d.fixes.push_back(absl::StrCat(
+        "put torch.finfo(scores.dtype).min in the masked places, scores.masked_fill(~keep, "
+        "torch.finfo(scores.dtype).min)",
+        f.dtype == "float16" ? " (-65504 in float16)" : "", ", instead of a number past ",
+        f.dtype, "'s range, which ", f.dtype, " makes -inf (added to a negative score, even "
+        "finfo.min passes the range): a row masked entirely then softmaxes to uniform "
+        "weights, not NaN (ignore that row's output); or keep at least one position of every "
+        "row unmasked"));
+  }
   // The program kept its denominator off 0 already, with an eps too small.
-  if (singular != nullptr && eps == nullptr && !mean_over_nothing && !via_fixed) {
+  if (singular != nullptr && eps == nullptr && !mean_over_nothing && !via_fixed &&
+      literal == nullptr) {
     d.fixes.push_back(SingularFix(*singular, f));
   }
   if (const std::string exp_fix = ExponentialFix(f); !exp_fix.empty()) {

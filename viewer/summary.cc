@@ -491,10 +491,14 @@ RunSummary Summarise(const std::vector<Trace>& traces) {
     given_up.insert(t.given_up_steps.begin(), t.given_up_steps.end());
     unfinished.insert(t.unfinished_steps.begin(), t.unfinished_steps.end());
     if (s.diverging.empty()) s.diverging = t.diverging;  // of the first trace with any
-    for (const StepEvent& e : t.eps_rounded) {
-      const bool known = std::any_of(s.eps_rounded.begin(), s.eps_rounded.end(),
-                                     [&](const StepEvent& k) { return k.detail == e.detail; });
-      if (!known) s.eps_rounded.push_back(e);  // each rank tells the same
+    // Each rank tells the same.
+    for (auto [from, into] : {std::pair{&t.eps_rounded, &s.eps_rounded},
+                              std::pair{&t.mask_literals, &s.mask_literals}}) {
+      for (const StepEvent& e : *from) {
+        const bool known = std::any_of(into->begin(), into->end(),
+                                       [&](const StepEvent& k) { return k.detail == e.detail; });
+        if (!known) into->push_back(e);
+      }
     }
     const auto passes = t.meta.find("forward_passes_as_steps");
     s.forward_passes &= passes != t.meta.end() && passes->second == "1";

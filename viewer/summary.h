@@ -91,6 +91,9 @@ struct RunSummary {
   std::vector<StepEvent> diverging;
   // Eps that were 0 in their format (Trace::eps_rounded), of every trace.
   std::vector<StepEvent> eps_rounded;
+  // Numbers past their format's range made masks' -inf (Trace::mask_literals),
+  // of every trace.
+  std::vector<StepEvent> mask_literals;
   // What nanhunt changed in the run (interventions switched on).
   std::vector<std::pair<std::string, int64_t>> fp32_ops;  // op, calls in fp32
   std::vector<std::string> fp32_learned;  // NANHUNT_FP32_OPS=auto

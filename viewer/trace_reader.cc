@@ -422,6 +422,7 @@ absl::StatusOr<Trace> ReadTrace(const std::string& path, bool with_series,
   t.unfinished_steps = StepsOfEvents(db, kUnfinishedStep, t.problems);
   t.diverging = EventsOfKind(db, kDiverging, t.problems);
   t.eps_rounded = EventsOfKind(db, kEpsRoundedToZero, t.problems);
+  t.mask_literals = EventsOfKind(db, kMaskLiteralPastRange, t.problems);
   if (HasTable(db, "loss_scale", t.problems)) {  // schema 2 and later
     Query(db, "loss_scale",
           "SELECT step, scale, skipped FROM loss_scale ORDER BY rowid",

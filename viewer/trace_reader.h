@@ -85,6 +85,9 @@ struct Trace {
   // Eps the process used that were 0 in their format (events
   // kEpsRoundedToZero, Monitor::OnEpsRoundedToZero), in order.
   std::vector<StepEvent> eps_rounded;
+  // Numbers the program wrote past the range of the format a mask op made
+  // -inf of them in (events kMaskLiteralPastRange), in order.
+  std::vector<StepEvent> mask_literals;
   std::vector<OpStep> op_steps;  // with ReadTrace(..., with_series = true)
   // Per step and phase, ordered by step, up to the step of the trace's
   // first origin (none without one: a healthy trace is not scanned again).

@@ -316,6 +316,7 @@ bool CheckOnDevice(const DeviceOpCall& call, const std::vector<c10::IValue>& inp
         in.checked_on_host = true;
         in.counts = facts.counts;
         in.max_abs = MaxAbs(facts.format, facts.counts);
+        in.python_number = t.unsafeGetTensorImpl()->is_wrapped_number();
         // `scores * torch.finfo(dtype).min` wraps the number into a tensor.
         in.holds_masks = IsMaskConstantArg(call.name, c10::IValue(t)) ||
                          HoldsMasksNow(t, limits);

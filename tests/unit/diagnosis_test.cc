@@ -1501,5 +1501,47 @@ TEST(Diagnosis, ValuesMadeFromTheProgramsNumbersAreTheCodesDtypeNotAnOpToRunInFp
   }
 }
 
+// A softmax over rows masked entirely, whose -inf was -1e9 in float16: the
+// fix is a mask float16 holds, put in place; without that event, the
+// softmax's own advice.
+TEST(Diagnosis, ARowMaskedEntirelyByANumberPastFloat16sRangeNamesThatNumber) {
+  FindingRow f;
+  f.kind = "origin";
+  f.op = "aten::_softmax";
+  f.top_op = "aten::softmax";
+  f.phase = "forward";
+  f.dtype = "float16";
+  f.step = 1;
+  f.elements = 72;
+  f.nan = 36;
+  f.inputs = "#0 float16[2, 6, 6] max|x|=inf -inf=48, put there by a mask";
+  RunSummary s;
+  s.steps = 3;
+  s.first_origin = f;
+  const std::string told =
+      "aten::mul made -inf of the program's 1e+09, past float16's largest value (65504), at "
+      "m.py:9 in <module>";
+  s.mask_literals = {{0, told}, {0, "aten::mul made -inf of the program's 1e+40, past "
+                                   "float32's largest value (3.40282e+38)"}};
+  Diagnosis d = Diagnose(s);
+  ASSERT_EQ(d.kind, "invalid_math");
+  EXPECT_TRUE(std::find(d.evidence.begin(), d.evidence.end(),
+                        "the mask's -inf was a number the program wrote past float16's range "
+                        "(step 0): " + told) != d.evidence.end())
+      << absl::StrJoin(d.evidence, " | ");
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "put torch.finfo(scores.dtype).min in the masked "
+                                           "places, scores.masked_fill(~keep, "
+                                           "torch.finfo(scores.dtype).min) (-65504 in float16)"))
+      << d.fixes[0];
+  EXPECT_FALSE(absl::StrContains(absl::StrJoin(d.fixes, " | "), "keep at least one position of "
+                                                                "every row unmasked, or mask"));
+  // Told of another format, or after the softmax's step: its own advice.
+  s.mask_literals.erase(s.mask_literals.begin());
+  s.mask_literals.push_back({2, told});
+  d = Diagnose(s);
+  EXPECT_TRUE(absl::StartsWith(d.fixes[0], "keep at least one position of every row unmasked"))
+      << d.fixes[0];
+}
+
 }  // namespace
 }  // namespace nanhunt

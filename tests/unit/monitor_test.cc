@@ -2082,6 +2082,51 @@ TEST_F(TracedMonitorTest, ALiteralCastNearTheLimitIsNoWarningAndNotTheOpsMagnitu
   }
 }
 
+// `(1.0 - keep) * -1e9` over fp16 scores: the number is past fp16's range,
+// and torch's cast of it (and the mul) make -inf. A mask meant as minus
+// infinity, told once with its line; +inf made of such a number, or -inf
+// of one fp16 holds, is what the op computed.
+TEST_F(TracedMonitorTest, ANumberPastFp16sRangeMadeMinusInfIsAMaskToldOnce) {
+  Monitor& m = *monitor_;
+  InputFacts number = Input(false, false);
+  number.dtype = "float64";
+  number.shape = "[]";
+  number.counts.elements = 1;
+  number.max_abs = 1e9;
+  number.python_number = true;
+  FakeContext literal;
+  literal.inputs = {number};
+  TensorFacts cast = Fp16(0);
+  cast.shape = "[]";
+  cast.counts.elements = 1;
+  cast.counts.neginf = 1;
+  cast.counts.max_abs_bits = 0x7C00;
+  EXPECT_EQ(m.OnOp(OpNamed("aten::_to_copy", cast), literal), Verdict::kMasked);
+  FakeContext scores;
+  scores.inputs = {Input(false, false), number};
+  TensorFacts masked = Fp16(0);
+  masked.counts.neginf = 4;
+  masked.counts.max_abs_bits = 0x7C00;
+  EXPECT_EQ(m.OnOp(OpNamed("aten::mul", masked), scores), Verdict::kMasked);
+  EXPECT_EQ(m.OnOp(OpNamed("aten::mul", masked), scores), Verdict::kMasked);
+  EXPECT_EQ(scores.source_calls + literal.source_calls, 1) << "told once";
+  // x * 1e9: +inf is the product's.
+  EXPECT_EQ(m.OnOp(OpNamed("aten::mul", Fp16(4)), scores), Verdict::kOrigin);
+  // -inf of a number fp16 holds (-1e4) is the product's too.
+  FakeContext within;
+  within.inputs = {Input(false, false), number};
+  within.inputs[1].max_abs = 1e4;
+  EXPECT_EQ(m.OnOp(OpNamed("aten::mul", masked), within), Verdict::kOrigin);
+  EXPECT_EQ(m.mask_ops(), std::vector<std::string>{"aten::mul"}) << "not the literal's cast";
+  m.FlushStep();
+  auto t = CloseAndRead();
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->mask_literals.size(), 1u);
+  EXPECT_EQ(t->mask_literals[0].detail,
+            "aten::_to_copy made -inf of the program's 1e+09, past float16's largest value "
+            "(65504), at model.py:33 in forward");
+}
+
 // An acos's input of 1.0000001, past the domain, must not read as 1.
 TEST(DescribeTensorTest, AValueNextToOneKeepsTheDigitsThatTellItFromOne) {
   CheckCounts c;
