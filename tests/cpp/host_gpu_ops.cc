@@ -452,7 +452,14 @@ int MaskConstants() {
   const at::Tensor half = Cast(scores, at::kHalf);
   GpuOp("aten::where", "ScalarOther", {above, half, c10::Scalar(fp16_min)},
         [&] { return at::where(HostOf(above), c10::Scalar(fp16_min), HostOf(half)); });
-  std::printf("masked 2 ways\n");
+  // An additive mask, (1.0 - keep) * -1e9: torch wraps -1e9 into a host
+  // tensor, past fp16's range, and the product is -inf where masked.
+  const at::Tensor masked_out = GpuFull({8, 8}, 1.0);  // 1.0 - keep, where all are masked
+  at::Tensor number = at::scalar_tensor(-1e9, at::kDouble);
+  number.unsafeGetTensorImpl()->set_wrapped_number(true);
+  GpuOp("aten::mul", "Tensor", {masked_out, number},
+        [&] { return HostOf(masked_out) * -1e9; });
+  std::printf("masked 3 ways\n");
   return 0;
 }
 

@@ -220,15 +220,22 @@ def test_masks_of_finfo_min_are_known_by_their_memory_when_results_arrive(out, b
     # fp32 scores masked_fill'ed with torch.finfo(torch.float32).min, then
     # cast to fp16: -inf from finite values, judged after the fact by what
     # the masked_fill's result left in the registry. And torch.where
-    # placing fp16's own 65504. Masks: no origin, no warning.
+    # placing fp16's own 65504. And an additive mask, (1.0 - keep) * -1e9,
+    # whose number, a host tensor torch wrapped it into, is past fp16's
+    # range. Masks: no origin, no warning.
     r = run_gpu_ops(["mask-constants"], out, STAND_IN_PRELOAD, NANHUNT_GPU_BATCH=batch)
     assert r.returncode == 0, r.stderr
-    assert "masked 2 ways" in r.stdout
+    assert "masked 3 ways" in r.stdout
     assert "warning:" not in r.stderr and "first non-finite" not in r.stderr, r.stderr
     assert [f for f in findings(out) if f["kind"] != "underflow"] == []
     j = view_json(out)
     assert j["first_origin"] is None and j["warnings"] == []
-    assert j["mask_ops"] == ["aten::_to_copy"], j["mask_ops"]
+    assert sorted(j["mask_ops"]) == ["aten::_to_copy", "aten::mul"], j["mask_ops"]
+    (trace,) = sorted(out.glob("*.sqlite"))
+    assert sqlite3.connect(trace).execute(
+        "SELECT detail FROM events WHERE kind = 'mask_literal_past_range'").fetchall() == [
+            ("step 0: aten::mul made -inf of the program's 1e+09, past float16's largest value "
+             "(65504)",)]
 
 
 def test_a_non_blocking_copy_to_the_host_is_not_judged_by_what_was_there(out):
