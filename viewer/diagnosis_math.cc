@@ -148,8 +148,8 @@ const Singularity kSingularities[] = {
       "aten::_safe_softmax"},
      "a softmax over a row whose every entry is -inf (every position masked) is "
      "NaN",
-     "keep at least one position of every row unmasked, or mask with a large "
-     "negative number (torch.finfo(dtype).min) instead of -inf",
+     "keep at least one position of every row unmasked, or put torch.finfo(dtype).min "
+     "in the masked places instead of -inf (or of -1e9, which is -inf in float16)",
      {"aten::_softmax", "aten::softmax", "aten::_safe_softmax"}},
     {{"aten::_ctc_loss", "aten::_cudnn_ctc_loss", "aten::ctc_loss"},
      "CTC's loss is +inf (-log 0) for a target that no alignment fits into its "

@@ -1534,7 +1534,7 @@ TEST(Diagnosis, ARowMaskedEntirelyByANumberPastFloat16sRangeNamesThatNumber) {
                                            "torch.finfo(scores.dtype).min) (-65504 in float16)"))
       << d.fixes[0];
   EXPECT_FALSE(absl::StrContains(absl::StrJoin(d.fixes, " | "), "keep at least one position of "
-                                                                "every row unmasked, or mask"));
+                                                                "every row unmasked, or put"));
   // Told of another format, or after the softmax's step: its own advice.
   s.mask_literals.erase(s.mask_literals.begin());
   s.mask_literals.push_back({2, told});
