@@ -67,6 +67,14 @@ double LargestFinite(Format format) {
       format, SmallestPatternAtLeast(format, std::numeric_limits<double>::infinity()) - 1);
 }
 
+// The format of `e`'s first output holding -inf, if any.
+std::optional<Format> MinusInfFormat(const OpEvent& e) {
+  for (const TensorFacts& t : e.outputs) {
+    if (t.counts.neginf != 0) return t.format;
+  }
+  return std::nullopt;
+}
+
 // Whether `in` is a number the program wrote past the range of the format
 // `e` made -inf in, and -inf is all the non-finite `e` made: `(1.0 - mask)
 // * -1e9` over fp16 scores, where -1e9 is fp16's -inf. A mask value meant
@@ -74,14 +82,11 @@ double LargestFinite(Format format) {
 // made of such a number is what the op computed (`x * 1e9`).
 bool LiteralPastRange(const InputFacts& in, const OpEvent& e, const CheckCounts& total) {
   if (!in.checked || !(in.python_number || in.dtype == "scalar") || AnyNonFinite(in.counts) ||
-      total.neginf == 0 || total.posinf != 0 || total.nan != 0) {
+      total.posinf != 0 || total.nan != 0) {
     return false;
   }
-  for (const TensorFacts& t : e.outputs) {
-    if (t.counts.neginf == 0) continue;
-    return in.max_abs > LargestFinite(t.format);
-  }
-  return false;
+  const std::optional<Format> format = MinusInfFormat(e);
+  return format && in.max_abs > LargestFinite(*format);
 }
 
 // `e` only casts a number the program wrote to one value: its non-finite
@@ -660,12 +665,9 @@ void Monitor::NoteMaskLiteral(const OpEvent& e, const CheckCounts& total,
                               const std::vector<InputFacts>& inputs, OpContext& context) {
   for (const InputFacts& in : inputs) {
     if (!LiteralPastRange(in, e, total)) continue;
-    for (const TensorFacts& t : e.outputs) {
-      if (t.counts.neginf == 0) continue;
-      OnMaskLiteralPastRange(e.top_op.empty() ? e.op : e.top_op, t.format, in.max_abs,
-                             [&] { return context.Source(); });
-      return;
-    }
+    OnMaskLiteralPastRange(e.top_op.empty() ? e.op : e.top_op, *MinusInfFormat(e), in.max_abs,
+                           [&] { return context.Source(); });
+    return;
   }
 }
 

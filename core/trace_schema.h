@@ -77,8 +77,8 @@ inline constexpr const char kEpsRoundedToZero[] = "eps_rounded_to_zero";
 
 // An events row for a number the program wrote past the range of the format
 // a mask op made -inf of it in (Monitor::OnMaskLiteralPastRange): "step N:
-// aten::mul's -1e+09 is -inf in float16 (its largest value is 65504), at
-// model.py:8 in forward".
+// aten::mul made -inf of the program's 1e+09, past float16's largest value
+// (65504), at model.py:8 in forward".
 inline constexpr const char kMaskLiteralPastRange[] = "mask_literal_past_range";
 
 }  // namespace nanhunt

@@ -37,11 +37,11 @@ bool DrawsValues(absl::string_view op) {
 bool MakesValuesFromNumbers(absl::string_view op) { return MakesSequence(op) || DrawsValues(op); }
 
 std::optional<Diagnosis> MadeFromNumbers(const RunSummary& s, const FindingRow& f) {
-  const bool sequence = MakesSequence(f.op), draw = DrawsValues(f.op);
   if (f.kind != "origin" || f.dtype != "float16" || f.posinf + f.neginf == 0 ||
-      !(sequence || draw)) {
+      !MakesValuesFromNumbers(f.op)) {
     return std::nullopt;
   }
+  const bool sequence = MakesSequence(f.op);
   const std::string at = f.source.empty() ? "" : ", at " + f.source;
   Diagnosis d;
   d.kind = "forward_overflow";

@@ -331,7 +331,6 @@ std::string NoOverflowWithoutRecomputation(const Singularity* s, const FindingRo
   return "";
 }
 
-
 std::string WhatCameOut(const FindingRow& f) {
   std::string out;
   auto add = [&](const char* what, int64_t n) {
